@@ -1,0 +1,1 @@
+"""Charter: run-time governance for AI agents."""
