@@ -1,0 +1,61 @@
+"""What a rule may know besides the step: the agent, its environment and the task so far."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from charter._identifiers import check_identifier
+
+if TYPE_CHECKING:
+    from charter._history import TaskHistory
+
+__all__ = ["EvalContext", "RuleContext"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalContext:
+    """The agent and its setting, supplied by the caller; the engine fetches nothing itself.
+
+    `declared_tools` feeds `allow_only` when it lists no tools; `project_root` feeds path rules;
+    `trusted_values` are values an operator declared trusted (allowlisted recipients, hosts)
+    for provenance rules. There is deliberately no "now": time rules read the step's timestamp.
+    """
+
+    agent_id: str
+    task_id: str
+    environment: str | None = None
+    risk_classification: str | None = None
+    agent_name: str | None = None
+    agent_purpose: str | None = None
+    agent_owner: str | None = None
+    declared_tools: tuple[str, ...] | None = None
+    project_root: str | None = None
+    trusted_values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_identifier("agent_id", self.agent_id)
+        check_identifier("task_id", self.task_id)
+        if self.declared_tools is not None:
+            object.__setattr__(self, "declared_tools", tuple(self.declared_tools))
+        object.__setattr__(self, "trusted_values", tuple(self.trusted_values))
+
+
+@dataclass(frozen=True, slots=True)
+class RuleContext:
+    """Handed to every rule call: the evaluation context and the task's history (read only)."""
+
+    context: EvalContext
+    history: TaskHistory
+
+    @property
+    def project_root(self) -> str | None:
+        return self.context.project_root
+
+    @property
+    def declared_tools(self) -> tuple[str, ...] | None:
+        return self.context.declared_tools
+
+    @property
+    def environment(self) -> str | None:
+        return self.context.environment

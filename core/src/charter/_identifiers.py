@@ -1,0 +1,89 @@
+"""Identifier grammar and the helpers that map framework names onto it.
+
+Identifiers are used as lock keys, storage keys and hash input, so they follow a narrow grammar;
+integrations never have to guess because `task_id_from` and `step_name_from` map anything onto it
+deterministically.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import unicodedata
+
+__all__ = [
+    "check_identifier",
+    "check_step_name",
+    "step_name_from",
+    "task_id_from",
+]
+
+_ID_CHARS = re.compile(r"[A-Za-z0-9._:-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+# Field name -> (min length, max length).
+ID_LIMITS: dict[str, tuple[int, int]] = {
+    "agent_id": (0, 255),
+    "task_id": (1, 100),
+    "action_id": (1, 255),
+}
+
+
+def check_identifier(field: str, value: object) -> str:
+    """Return `value` if it follows the identifier grammar for `field`, else raise ValueError."""
+    low, high = ID_LIMITS[field]
+    if not isinstance(value, str):
+        raise ValueError(f"{field} must be a string, not {type(value).__name__}")
+    if low <= len(value) <= high and _ID_CHARS.fullmatch(value):
+        return value
+    hint = " (charter.task_id_from maps any id onto this grammar)" if field == "task_id" else ""
+    raise ValueError(
+        f"{field} {value!r}: use letters, digits and . _ : - only ({low}-{high} characters){hint}"
+    )
+
+
+def check_step_name(value: object) -> str:
+    """Return `value` if it is 1-255 characters without control characters, else raise."""
+    if not isinstance(value, str):
+        raise ValueError(f"step_name must be a string, not {type(value).__name__}")
+    if not 1 <= len(value) <= 255:
+        raise ValueError(
+            f"step_name {value[:40]!r}: must be 1-255 characters, got {len(value)} "
+            "(charter.step_name_from shortens any name)"
+        )
+    if _CONTROL.search(value):
+        raise ValueError(
+            f"step_name {value[:40]!r}: contains a control character "
+            "(charter.step_name_from removes them)"
+        )
+    return value
+
+
+def task_id_from(raw: object) -> str:
+    """Map any framework id onto a valid task_id, deterministically.
+
+    A valid task_id is returned unchanged; anything else (a LangGraph thread id with ``/``, a
+    UUID object, an over-long string) becomes ``x-`` plus the first 32 hex digits of the SHA-256
+    of its text, so the same raw id always maps to the same task.
+    """
+    text = raw if isinstance(raw, str) else str(raw)
+    if 1 <= len(text) <= 100 and _ID_CHARS.fullmatch(text):
+        return text
+    return "x-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def step_name_from(value: object) -> str:
+    """Map any framework name (str, class, callable, None) onto a valid step_name.
+
+    Control characters become spaces, whitespace runs collapse, the result is cut to 255
+    characters, and an empty result becomes ``unnamed``. Deterministic and never raises.
+    """
+    if isinstance(value, str):
+        text = value
+    else:
+        text = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or ""
+        if not isinstance(text, str) or not text:
+            text = "" if value is None else type(value).__name__
+    text = unicodedata.normalize("NFC", text.encode("utf-8", "replace").decode("utf-8"))
+    text = " ".join(_CONTROL.sub(" ", text).split())
+    return text[:255] or "unnamed"

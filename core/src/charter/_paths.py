@@ -1,0 +1,100 @@
+"""Dotted field paths (``input.command``, ``properties.target.url``, ``input.to[*]``).
+
+Paths are parsed once when a policy is loaded and then resolved against behaviors on the hot
+path, so parsing refuses bad syntax with a sentence and resolving never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+__all__ = ["FieldPath", "iter_strings", "parse_path"]
+
+ROOTS = ("input", "output", "properties", "meta")
+SCALAR_ROOTS = ("step_name", "kind", "verb", "agent_id", "task_id", "action_id")
+_SEGMENT = re.compile(r"([^.\[\]]+)((?:\[(?:\d+|\*)\])*)")
+_INDEX = re.compile(r"\[(\d+|\*)\]")
+_ALL = object()
+
+
+class FieldPath:
+    """A parsed path; `resolve` returns every value found (several with ``[*]``, none if absent)."""
+
+    __slots__ = ("root", "steps", "text")
+
+    def __init__(self, text: str, root: str, steps: tuple[object, ...]) -> None:
+        self.text = text
+        self.root = root
+        self.steps = steps
+
+    def __repr__(self) -> str:
+        return f"FieldPath({self.text!r})"
+
+    def resolve(self, behavior: Any) -> list[Any]:
+        value = getattr(behavior, self.root, None)
+        if self.root in ("kind", "verb") and value is not None:
+            value = str(value.value) if hasattr(value, "value") else value
+        if value is None:
+            return []
+        current = [value]
+        for step in self.steps:
+            nxt: list[Any] = []
+            for v in current:
+                if step is _ALL:
+                    if isinstance(v, list):
+                        nxt.extend(v)
+                    elif isinstance(v, dict):
+                        nxt.extend(v.values())
+                elif isinstance(step, int):
+                    if isinstance(v, list) and -len(v) <= step < len(v):
+                        nxt.append(v[step])
+                elif isinstance(v, dict) and step in v:
+                    nxt.append(v[step])
+            current = nxt
+            if not current:
+                return []
+        return [v for v in current if v is not None]
+
+    def resolve_in(self, data: Any) -> list[Any]:
+        """Resolve the steps after the root against an arbitrary mapping (e.g. an outcome dict)."""
+        holder = type("_Holder", (), {self.root: data})()
+        return self.resolve(holder)
+
+
+def parse_path(text: object) -> FieldPath:
+    """Parse a dotted path or raise ValueError saying what is wrong and what is accepted."""
+    if not isinstance(text, str) or not text:
+        raise ValueError("must be a dotted path such as 'input.command' or 'properties.target.url'")
+    parts = text.split(".")
+    root = parts[0]
+    if root in SCALAR_ROOTS and len(parts) == 1:
+        return FieldPath(text, root, ())
+    if root not in ROOTS:
+        accepted = ", ".join(ROOTS + SCALAR_ROOTS)
+        raise ValueError(f"{text!r}: a path starts with one of {accepted}")
+    steps: list[object] = []
+    for part in parts[1:]:
+        m = _SEGMENT.fullmatch(part)
+        if m is None:
+            raise ValueError(
+                f"{text!r}: segment {part!r} is not a key optionally followed by [N] or [*]"
+            )
+        steps.append(m.group(1))
+        for idx in _INDEX.findall(m.group(2)):
+            steps.append(_ALL if idx == "*" else int(idx))
+    return FieldPath(text, root, tuple(steps))
+
+
+def iter_strings(value: Any, depth: int = 0) -> Iterator[str]:
+    """Every string inside `value`, searching lists and nested objects (keys excluded)."""
+    if isinstance(value, str):
+        yield value
+    elif depth < 64:
+        if isinstance(value, dict):
+            for v in value.values():
+                yield from iter_strings(v, depth + 1)
+        elif isinstance(value, list):
+            for v in value:
+                yield from iter_strings(v, depth + 1)

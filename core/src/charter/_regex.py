@@ -1,0 +1,33 @@
+"""RE2 for every user-supplied pattern: linear time, so no policy can hang the gate."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+__all__ = ["compile_re2"]
+
+
+@functools.lru_cache(maxsize=1024)
+def compile_re2(pattern: str, ignore_case: bool = False) -> Any:
+    """Compile `pattern` with RE2; raise ValueError with RE2's reason when it cannot run it.
+
+    Lookaround and backreferences need backtracking, which RE2 refuses by design.
+    """
+    import re2  # lazy: keeps `import charter` fast
+
+    options = re2.Options()
+    options.log_errors = False
+    options.case_sensitive = not ignore_case
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else exc
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        hint = ""
+        if "(?=" in pattern or "(?!" in pattern or "(?<" in pattern:
+            hint = " (lookaround is not supported: RE2 runs in linear time)"
+        elif any(f"\\{d}" in pattern for d in "123456789"):
+            hint = " (backreferences are not supported: RE2 runs in linear time)"
+        raise ValueError(f"pattern {pattern!r} cannot be compiled by RE2: {reason}{hint}") from None
