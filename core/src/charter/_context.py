@@ -41,12 +41,17 @@ class EvalContext:
         object.__setattr__(self, "trusted_values", tuple(self.trusted_values))
 
 
-@dataclass(frozen=True, slots=True)
 class RuleContext:
-    """Handed to every rule call: the evaluation context and the task's history (read only)."""
+    """Handed to every rule call: the evaluation context and the task's history (read only).
 
-    context: EvalContext
-    history: TaskHistory
+    A plain slotted class rather than a dataclass: one is built per evaluation, on the hot path.
+    """
+
+    __slots__ = ("context", "history")
+
+    def __init__(self, context: EvalContext, history: TaskHistory) -> None:
+        self.context = context
+        self.history = history
 
     @property
     def project_root(self) -> str | None:

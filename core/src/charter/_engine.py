@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 from charter._behavior import CLOSING_KINDS, ActionKind, Behavior
 from charter._context import EvalContext, RuleContext
@@ -41,9 +41,11 @@ _WEIGHT = {
 _RANK = {Decision.ALLOW: 0, Decision.WARN: 1, Decision.ASK: 2, Decision.BLOCK: 3}
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyResult:
-    """The verdict of one evaluated policy; `details` says why it was violated."""
+class PolicyResult(NamedTuple):
+    """The verdict of one evaluated policy; `details` says why it was violated.
+
+    A named tuple because one is built per policy per step, on the hot path.
+    """
 
     name: str
     rule_type: str
@@ -170,6 +172,7 @@ class PolicyEngine:
         self._closed: OrderedDict[str, None] = OrderedDict()
         self._closed_memory = closed_task_memory
         self._agent_id: str | None = None
+        self._empty_history = TaskHistory("-")
         if policies is not None:
             self.load_policies(policies)
 
@@ -257,8 +260,13 @@ class PolicyEngine:
                 f"{intended.agent_id!r}/{intended.task_id!r}"
             )
         with self._lock:
-            self._bind(intended.agent_id)
-            history = self._tasks.get(intended.task_id) or TaskHistory(intended.task_id)
+            if self._agent_id != intended.agent_id:
+                self._bind(intended.agent_id)
+            history = self._tasks.get(intended.task_id)
+            if history is None:
+                # A task the engine has not seen is judged on an empty history; indexes built
+                # on this shared empty history never receive steps, so sharing it is safe.
+                history = self._empty_history
             ctx = RuleContext(context, history)
             results: list[PolicyResult] = []
             for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION):

@@ -12,9 +12,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentBindingError",
+    "AuditError",
     "BlockedError",
     "CharterError",
     "PolicyLoadError",
+    "PolicyWarning",
     "TaskClosedError",
 ]
 
@@ -55,3 +57,19 @@ class BlockedError(CharterError, PermissionError):
         self.reason = reason
         self.result = result
         super().__init__(reason)
+
+
+class AuditError(CharterError):
+    """A step could not be recorded durably (``audit_durability="sync"`` only).
+
+    Nothing of the failing record was written and the task's history did not advance, so the
+    call can be retried once the store is fixed. In buffered mode store failures are counted
+    in status instead and never raised.
+    """
+
+
+class PolicyWarning(UserWarning):
+    """A step ran although a policy warned about it (a high, medium or low violation).
+
+    Emitted once per policy per Governor; every occurrence is also counted and logged.
+    """

@@ -58,9 +58,8 @@ class ManifestResult:
 def _loader() -> Any:
     import yaml
 
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class _StrictLoader(base):  # type: ignore[misc, valid-type]
+    # The pure-Python loader: the C one composes nodes itself, so aliases could not be refused.
+    class _StrictLoader(yaml.SafeLoader):
         """Safe YAML that also refuses duplicate keys and aliases.
 
         A duplicated key silently replaces the first (a policy could vanish unnoticed), and
@@ -71,7 +70,10 @@ def _loader() -> Any:
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
                 raise yaml.constructor.ConstructorError(
-                    None, None, "aliases (*name) are not allowed in manifests", event.start_mark
+                    None,
+                    None,
+                    "aliases (*name) are not allowed in manifests; repeat the value instead",
+                    event.start_mark,
                 )
             return super().compose_node(parent, index)
 

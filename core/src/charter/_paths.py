@@ -22,22 +22,32 @@ _ALL = object()
 class FieldPath:
     """A parsed path; `resolve` returns every value found (several with ``[*]``, none if absent)."""
 
-    __slots__ = ("root", "steps", "text")
+    __slots__ = ("_simple", "root", "steps", "text")
 
     def __init__(self, text: str, root: str, steps: tuple[object, ...]) -> None:
         self.text = text
         self.root = root
         self.steps = steps
+        self._simple = all(isinstance(s, str) for s in steps)
 
     def __repr__(self) -> str:
         return f"FieldPath({self.text!r})"
 
     def resolve(self, behavior: Any) -> list[Any]:
         value = getattr(behavior, self.root, None)
-        if self.root in ("kind", "verb") and value is not None:
-            value = str(value.value) if hasattr(value, "value") else value
         if value is None:
             return []
+        if self.root in ("kind", "verb"):
+            value = value.value if hasattr(value, "value") else value
+        if self._simple:
+            # Plain key paths are the common case on the hot path: walk dicts without lists.
+            for key in self.steps:
+                if type(value) is not dict:
+                    return []
+                value = value.get(key)
+                if value is None:
+                    return []
+            return [value]
         current = [value]
         for step in self.steps:
             nxt: list[Any] = []

@@ -31,3 +31,24 @@ def compile_re2(pattern: str, ignore_case: bool = False) -> Any:
         elif any(f"\\{d}" in pattern for d in "123456789"):
             hint = " (backreferences are not supported: RE2 runs in linear time)"
         raise ValueError(f"pattern {pattern!r} cannot be compiled by RE2: {reason}{hint}") from None
+
+
+def search_function(compiled: Any) -> Any:
+    """A ``text -> bool`` search for a pattern from `compile_re2`, without the wrapper's cost.
+
+    The google-re2 Python wrapper rebuilds match objects and character offsets on every call
+    (several microseconds); a policy only needs "does it match anywhere", so this calls the
+    compiled RE2 object directly on the UTF-8 bytes.
+    """
+    import re2
+
+    raw = compiled._regexp
+    unanchored = re2._Anchor.UNANCHORED
+    no_match = (-1, -1)
+    match = raw.Match
+
+    def search(text: str) -> bool:
+        data = text.encode("utf-8", "surrogatepass")
+        return bool(match(unanchored, data, 0, len(data))[0] != no_match)
+
+    return search

@@ -12,7 +12,7 @@ from typing import Any
 from charter._behavior import Behavior
 from charter._context import RuleContext
 from charter._paths import FieldPath, iter_strings
-from charter._regex import compile_re2
+from charter._regex import compile_re2, search_function
 from charter._registry import Violation, rule
 from charter._rules._fields import FIELD_SCHEMA, field_of, if_missing_schema
 
@@ -82,7 +82,7 @@ def allow_only(view: Behavior, p: _AllowOnly, ctx: RuleContext) -> Verdict:
 @dataclass(frozen=True, slots=True)
 class _Matches:
     path: FieldPath
-    regex: Any
+    search: Callable[[str], bool]
     pattern: str
     forbid: bool
     comply_if_missing: bool
@@ -93,7 +93,7 @@ def _prepare_matches(params: dict[str, Any]) -> _Matches:
     missing = params.get("if_missing", "comply" if forbid else "violate")
     return _Matches(
         field_of(params),
-        compile_re2(params["pattern"], bool(params.get("ignore_case", False))),
+        search_function(compile_re2(params["pattern"], bool(params.get("ignore_case", False)))),
         params["pattern"],
         forbid,
         missing == "comply",
@@ -125,9 +125,10 @@ def field_matches(view: Behavior, p: _Matches, ctx: RuleContext) -> Verdict:
     values = p.path.resolve(view)
     if not values:
         return p.comply_if_missing or Violation(f"{p.path.text} is missing")
-    search = p.regex.search
-    for text in iter_strings(values):
-        hit = search(text) is not None
+    search = p.search
+    texts = values if len(values) == 1 and type(values[0]) is str else iter_strings(values)
+    for text in texts:
+        hit = search(text)
         if p.forbid and hit:
             return Violation(f"{p.path.text} matches forbidden pattern '{p.pattern}'")
         if not p.forbid and not hit:

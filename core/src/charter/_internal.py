@@ -1,0 +1,85 @@
+"""The one place where Charter swallows its own errors, on the observability path only.
+
+A store, exporter or redaction failure must never reach the agent (the step already ran, or
+will run regardless), but it must never vanish either: each one is logged (the first of each
+kind with its traceback, later ones at DEBUG) and counted here. `charter.testing` reads the
+record so that a test suite fails loudly where production would only log. Errors on the
+decision path are never swallowed into an allow; they become a block (see the runner).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = [
+    "InternalError",
+    "internal_error_count",
+    "recent_internal_errors",
+    "report_internal_error",
+]
+
+logger = logging.getLogger("charter")
+
+_KEEP = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class InternalError:
+    """One swallowed error: where it happened, its type and message, and a serial number."""
+
+    serial: int
+    where: str
+    type: str
+    message: str
+    traceback: str
+
+
+_lock = threading.Lock()
+_recent: deque[InternalError] = deque(maxlen=_KEEP)
+_count = 0
+_logged_kinds: set[tuple[str, str]] = set()
+
+
+def report_internal_error(exc: BaseException, where: str) -> None:
+    """Log and count an error Charter swallowed at `where` (e.g. "audit.append"); never raises.
+
+    The first error of each (where, type) is logged at ERROR with its traceback, later ones
+    at DEBUG, so a broken store cannot flood the log.
+    """
+    global _count
+    try:
+        kind = (where, type(exc).__name__)
+        text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        with _lock:
+            _count += 1
+            _recent.append(InternalError(_count, where, kind[1], str(exc), text))
+            first = kind not in _logged_kinds
+            _logged_kinds.add(kind)
+        if first:
+            logger.error(
+                "charter swallowed an internal error in %s (logged once per kind, counted in "
+                "status): %s: %s",
+                where,
+                kind[1],
+                exc,
+                exc_info=(type(exc), exc, exc.__traceback__),
+            )
+        else:
+            logger.debug("charter swallowed an internal error in %s: %s: %s", where, kind[1], exc)
+    except Exception:  # the error reporter itself must never become the failure
+        pass
+
+
+def internal_error_count() -> int:
+    """How many internal errors were swallowed in this process so far."""
+    return _count
+
+
+def recent_internal_errors(since: int = 0) -> list[InternalError]:
+    """The retained swallowed errors whose serial is above `since` (the last 1000 are kept)."""
+    with _lock:
+        return [e for e in _recent if e.serial > since]

@@ -1,0 +1,732 @@
+"""The secret shapes Charter recognises, and the scanner built from them.
+
+Two parts of Charter must agree on what a secret looks like: the ``no_secrets`` policy rule
+(a string at a given field must not contain one) and the audit-trail redactor (secrets are
+masked before anything is stored). If each kept its own patterns, a credential could be
+blocked by one and written to disk by the other, so this module is the one place that
+defines the shapes and scans for them.
+
+Scanning uses RE2, so time is linear in the length of the text whatever the input: an agent
+can hand us arbitrary strings and no pattern here can be made to backtrack. All shapes are
+compiled into one alternation with a named group per shape, so an ordinary scan is a single
+pass over the text.
+
+What a finding covers:
+
+* For token-like shapes (``ghp_...``, ``AKIA...``, JWTs, PEM blocks) the finding is the
+  whole token.
+* For shapes that need context to be recognised (``password = "..."``,
+  ``Authorization: Bearer ...``, ``postgres://user:pass@host``, ...) the finding covers the
+  *value only*, so masking keeps the context readable:
+  ``password=[REDACTED:password_assignment]``.
+* When such a value is itself a recognisable token (``GITHUB_TOKEN=ghp_...``) the finding
+  is reported under the more specific shape (``github_token``), provided that shape was
+  among those asked for.
+
+Assignments (``password``/``secret``/``api_key``/``token`` keys) deliberately skip values
+that read as code rather than data, because ``login(password=password)`` or
+``password: SecretStr`` are everywhere in the code agents write:
+
+* quoted values count when they are at least 6 characters and do not start like a
+  template or placeholder (``${...}``, ``{{...}}``, ``<...>``, ``%s``, ``***``) or a path;
+* unquoted values count when they are at least 6 characters and contain a digit or a
+  symbol (``hunter2!``), except after an UPPER_CASE env-style key (``DB_PASSWORD=...``),
+  where any 6 characters count;
+* empty values, ``null``, ``None`` and ``~`` never count.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "SECRET_SHAPES",
+    "SecretFinding",
+    "SecretShape",
+    "contains_secret",
+    "find_secrets",
+    "mask_secrets",
+    "shape_names",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SecretShape:
+    """One kind of secret: a stable name, a one-sentence description and an RE2 pattern.
+
+    Capturing groups in ``pattern`` (if any) mark the secret value inside its context; the
+    first group that takes part in a match is what a finding covers. Without groups the
+    whole match is the secret.
+    """
+
+    name: str
+    description: str
+    pattern: str
+
+
+@dataclass(frozen=True, slots=True)
+class SecretFinding:
+    """A secret found in a text: the shape's name and the ``text[start:end]`` it covers."""
+
+    shape: str
+    start: int
+    end: int
+
+
+# --- building blocks --------------------------------------------------------------------
+
+# Assignment separators: `=`, `:`, Go's `:=`, Ruby/PHP `=>`, and `==` so hard-coded
+# comparisons against a literal password are caught too.
+_SEP = r"[ \t]*(?::=|=>|==|[:=])[ \t]*"
+_MIN_VALUE = 6
+
+# Digits and symbols. Real passwords and generated keys nearly always contain one; values
+# without any (`next_token`, `self.password`, `session-token`, `keys/id_rsa`) are names,
+# paths and labels, so generic assignments require one.
+_SYMBOL = r"[0-9!#$%&*+=?@^~]"
+
+# An unquoted value is one shell word: it stops at whitespace, quotes, shell
+# metacharacters and brackets (which also keeps `?token=abc&page=2` from swallowing the
+# rest of a URL)...
+_UNQ = r"[^\s\"'`;&|<>(){}\[\]\\]"
+# ...must not *start* like a template (`$X`, `%s`), a placeholder or a redaction marker
+# (`***`, `[REDACTED:...]`), a path (`/`, `~`, `.`), a comment or a flag...
+_UNQ_FIRST = r"[^\s\"'`;&|<>(){}\[\]\\$%*/~.#=:@!-]"
+_UNQ_SYMBOL = r"[0-9!#$%*+=?@^~]"
+_UNQ_FIRST_SYMBOL = r"[0-9+?^]"
+# ...and must end the word: `Ed25519PrivateKey.generate()` or `base64.b64decode(x)` is a
+# call, not a value. The terminator is matched but is not part of the finding.
+_UNQ_END = r"(?:[\s,;&|)}\]\"'`<>\\]|$)"
+
+# Quoted values may hold spaces but not line breaks, and must not start like a template,
+# placeholder, marker or path. The backslash is excluded so that escaped JSON
+# (`{\"password\": \"...\"}`) ends the value at `\"`.
+_QUOTED_FIRST = r"[^\s\"'`$%{<*\[\\/.~]"
+_QUOTED_FIRST_SYMBOL = r"[0-9!#&+=?@^]"
+
+
+def _with_symbol(first: str, first_symbol: str, rest: str, symbol: str) -> str:
+    """Regex for ``first rest*``, at least ``_MIN_VALUE`` chars, containing a ``symbol``.
+
+    RE2 has no lookahead, so "long enough AND has a symbol" is spelled out by where the
+    first symbol sits: at position 0, at positions 1.._MIN_VALUE-2, or later. Every
+    alternative ends greedily at the end of the run, so the value is always taken whole.
+    """
+    tail = _MIN_VALUE - 1
+    alternatives = [f"{first_symbol}{rest}{{{tail},}}"]
+    for before in range(tail - 1):
+        prefix = f"{rest}{{{before}}}" if before else ""
+        alternatives.append(f"{first}{prefix}{symbol}{rest}{{{tail - 1 - before},}}")
+    alternatives.append(f"{first}{rest}{{{tail - 1},}}{symbol}{rest}*")
+    return "(?:" + "|".join(alternatives) + ")"
+
+
+def _quoted(quote: str, *, need_symbol: bool) -> str:
+    body = rf"[^{quote}\r\n\\]"
+    if need_symbol:
+        value = _with_symbol(_QUOTED_FIRST, _QUOTED_FIRST_SYMBOL, body, _SYMBOL)
+    else:
+        value = f"{_QUOTED_FIRST}{body}{{{_MIN_VALUE - 1},}}"
+    return rf"\\?{quote}({value})\\?{quote}"
+
+
+def _assignment(keywords: str, upper_keywords: str) -> str:
+    """A ``key <sep> value`` pattern where the key ends with one of ``keywords``.
+
+    Two forms, each capturing only the value:
+
+    * generic (case-insensitive; `key = "v"`, `"key": 'v'`, `key: v`, `--key v`): the
+      value must contain a digit or symbol, since code is full of `password=password`;
+    * env-file (`UPPER_KEY=v`, no spaces around `=` as in shell, so Python constants such
+      as `ERRORTOKEN = token.ERRORTOKEN` stay out): any value of the minimum length.
+    """
+    key = (
+        rf"(?i:--[\w-]*(?:{keywords})[ \t]+"
+        rf"|[\w.-]*(?:{keywords})(?:\\?[\"'])?{_SEP})"
+    )
+    generic = (
+        rf"(?:{_quoted(chr(34), need_symbol=True)}|{_quoted(chr(39), need_symbol=True)}"
+        rf"|({_with_symbol(_UNQ_FIRST, _UNQ_FIRST_SYMBOL, _UNQ, _UNQ_SYMBOL)}){_UNQ_END})"
+    )
+    env = (
+        rf"(?:{_quoted(chr(34), need_symbol=False)}|{_quoted(chr(39), need_symbol=False)}"
+        rf"|({_UNQ_FIRST}{_UNQ}{{{_MIN_VALUE - 1},}}){_UNQ_END})"
+    )
+    return f"{key}{generic}|[A-Z0-9_]*(?:{upper_keywords})={env}"
+
+
+def _url_password(schemes: str) -> str:
+    # userinfo may be empty (`redis://:pw@host`); the password may contain `:` and even an
+    # unencoded `@` (greedy up to the last `@` before the path), but must not start like a
+    # template or placeholder.
+    return (
+        rf"(?:{schemes})://[^\s:/?#@\"'<>]*:"
+        r"([^\s:/?#@\"'<>\[\]{}$*][^\s/?#\"'<>\[\]]*)@"
+    )
+
+
+# After the BEGIN line there must be key material (a base64 line or a header such as
+# `Proc-Type: 4,ENCRYPTED`), so prose and code that merely mention the BEGIN line are not
+# secrets. Line breaks may be real or JSON-escaped; keys pasted on one line use spaces.
+_PEM_LINE = r"[ \t]*(?:[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z][A-Za-z-]*:[ \t][^\r\n\\]*)"
+_PEM_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
+# When the END line is missing (truncated logs), the body is the run of such lines.
+_PEM_BODY = rf"(?:{_PEM_BREAK}{_PEM_LINE})*"
+
+
+def _pem(label: str) -> str:
+    return (
+        rf"-----BEGIN {label}-----(?:{_PEM_BREAK}|[ \t])"
+        rf"{_PEM_LINE}(?:[\s\S]*?-----END {label}-----|{_PEM_BODY})"
+    )
+
+
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+
+# Order matters only where two shapes can match at the same position: RE2 then prefers
+# the earlier alternative, so specific shapes precede the generic ones they overlap.
+SECRET_SHAPES: tuple[SecretShape, ...] = (
+    SecretShape(
+        "ssh_private_key",
+        "An OpenSSH, SSH2 or PuTTY private key file.",
+        _pem("OPENSSH PRIVATE KEY")
+        + r"|---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----[\s\S]*?---- END SSH2 ENCRYPTED PRIVATE KEY ----"
+        + r"|PuTTY-User-Key-File-[0-9]+:[\s\S]*?Private-Lines:[ \t]*[0-9]+(?:\r?\n[A-Za-z0-9+/=]+)+",
+    ),
+    SecretShape(
+        "private_key_block",
+        "A PEM private key block (RSA, EC, DSA, PKCS#8, encrypted or PGP).",
+        _pem(r"[A-Z0-9 ]{0,32}PRIVATE KEY(?: BLOCK)?"),
+    ),
+    SecretShape(
+        "gcp_private_key_id",
+        "The private_key_id of a Google Cloud service-account JSON key.",
+        r"\"private_key_id\\?\"[ \t]*:[ \t]*\\?\"([0-9a-f]{40})\\?\"",
+    ),
+    SecretShape(
+        "aws_access_key_id",
+        "An AWS access key id (long-term AKIA or temporary ASIA).",
+        r"\b(?:AKIA|ASIA|ABIA|ACCA|A3T[A-Z0-9])[A-Z0-9]{16}\b",
+    ),
+    SecretShape(
+        "aws_secret_access_key",
+        "An AWS secret access key assigned to an aws_secret_access_key-like key.",
+        r"(?i:[\w.-]*(?:aws[_.-]?secret[_.-]?(?:access[_.-]?)?key|secret[_.-]?access[_.-]?key)"
+        rf"(?:\\?[\"'])?{_SEP}(?:\\?[\"'])?)([A-Za-z0-9/+]{{40,}})",
+    ),
+    SecretShape(
+        "google_api_key",
+        "A Google Cloud / Firebase API key (AIza...).",
+        r"\bAIza[0-9A-Za-z_-]{35}",
+    ),
+    SecretShape(
+        "google_oauth_client_secret",
+        "A Google OAuth client secret (GOCSPX-...).",
+        r"\bGOCSPX-[A-Za-z0-9_-]{28}",
+    ),
+    SecretShape(
+        "google_oauth_access_token",
+        "A Google OAuth 2.0 access token (ya29....).",
+        r"\bya29\.[0-9A-Za-z_-]{30,}",
+    ),
+    SecretShape(
+        "azure_storage_key",
+        "An Azure storage or Service Bus key in a connection string (AccountKey=...).",
+        r"(?i:\b(?:AccountKey|SharedAccessKey|SharedSecret)[ \t]*=[ \t]*)([A-Za-z0-9+/]{20,}={0,2})",
+    ),
+    SecretShape(
+        "azure_sas_signature",
+        "The signature of an Azure shared access signature URL (sig=...).",
+        r"[?&]sig=([A-Za-z0-9%+/=]{40,})",
+    ),
+    SecretShape(
+        "github_token",
+        "A GitHub personal, OAuth, app or refresh token (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_).",
+        r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{60,})",
+    ),
+    SecretShape(
+        "gitlab_token",
+        "A GitLab personal, deploy, runner or other access token (glpat-...).",
+        r"\b(?:(?:glpat|gldt|glrt|glptt|glcbt|glft|glimt|glsoat|gloas)-[A-Za-z0-9_-]{20,}"
+        r"|GR1348941[A-Za-z0-9_-]{20,})",
+    ),
+    SecretShape(
+        "slack_token",
+        "A Slack bot, user, app or configuration token (xoxb-, xoxp-, xapp-...).",
+        r"\b(?:xox[abeoprs]-[0-9A-Za-z-]{10,}|xapp-[0-9]-[A-Za-z0-9-]{10,})",
+    ),
+    SecretShape(
+        "slack_webhook_url",
+        "The secret path of a Slack incoming-webhook URL.",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/([A-Za-z0-9_/+-]{20,})",
+    ),
+    SecretShape(
+        "discord_webhook_url",
+        "The secret token of a Discord webhook URL.",
+        r"https://(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks/[0-9]+/([A-Za-z0-9_-]{60,})",
+    ),
+    SecretShape(
+        "stripe_key",
+        "A Stripe secret or restricted API key (sk_live_, rk_live_, sk_test_...).",
+        r"\b[rs]k_(?:live|test)_[A-Za-z0-9]{16,}",
+    ),
+    SecretShape(
+        "stripe_webhook_secret",
+        "A Stripe webhook signing secret (whsec_...).",
+        r"\bwhsec_[A-Za-z0-9+/=]{24,}",
+    ),
+    SecretShape(
+        "anthropic_api_key",
+        "An Anthropic API or admin key (sk-ant-...).",
+        r"\bsk-ant-[A-Za-z0-9_-]{20,}",
+    ),
+    SecretShape(
+        "openai_api_key",
+        "An OpenAI API key (sk-..., sk-proj-..., sk-svcacct-...).",
+        r"\bsk-(?:(?:proj|svcacct|admin)-[A-Za-z0-9_-]{20,}|[A-Za-z0-9]{32,})",
+    ),
+    SecretShape(
+        "groq_api_key",
+        "A Groq API key (gsk_...).",
+        r"\bgsk_[A-Za-z0-9]{48,}",
+    ),
+    SecretShape(
+        "xai_api_key",
+        "An xAI API key (xai-...).",
+        r"\bxai-[A-Za-z0-9]{70,}",
+    ),
+    SecretShape(
+        "perplexity_api_key",
+        "A Perplexity API key (pplx-...).",
+        r"\bpplx-[A-Za-z0-9]{40,}",
+    ),
+    SecretShape(
+        "replicate_api_token",
+        "A Replicate API token (r8_...).",
+        r"\br8_[A-Za-z0-9]{37}\b",
+    ),
+    SecretShape(
+        "huggingface_token",
+        "A Hugging Face access token (hf_...).",
+        r"\bhf_[A-Za-z0-9]{30,}",
+    ),
+    SecretShape(
+        "npm_token",
+        "An npm access token (npm_...).",
+        r"\bnpm_[A-Za-z0-9]{36}\b",
+    ),
+    SecretShape(
+        "npmrc_auth_token",
+        "An auth token or password in an .npmrc file (_authToken=..., _auth=..., _password=...).",
+        r"\b_(?:authToken|auth|password)[ \t]*=[ \t]*[\"']?([^\s\"'$\[\]{}<>*][^\s\"'\[\]{}<>]{5,})",
+    ),
+    SecretShape(
+        "pypi_token",
+        "A PyPI or TestPyPI API token (pypi-AgE...).",
+        r"\bpypi-AgE[A-Za-z0-9_-]{50,}",
+    ),
+    SecretShape(
+        "twilio_key",
+        "A Twilio API key (SK...) or account SID (AC...).",
+        r"\b(?:AC|SK)[0-9a-f]{32}\b",
+    ),
+    SecretShape(
+        "sendgrid_api_key",
+        "A SendGrid API key (SG.x.y).",
+        r"\bSG\.[A-Za-z0-9_-]{16,32}\.[A-Za-z0-9_-]{16,}",
+    ),
+    SecretShape(
+        "mailgun_api_key",
+        "A Mailgun private API key (key-...).",
+        r"\bkey-[0-9a-f]{32}\b",
+    ),
+    SecretShape(
+        "mailchimp_api_key",
+        "A Mailchimp API key (32 hex digits and a -usN datacenter suffix).",
+        r"\b[0-9a-f]{32}-us[0-9]{1,2}\b",
+    ),
+    SecretShape(
+        "discord_bot_token",
+        "A Discord bot token (three dot-separated base64url segments).",
+        r"\b[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+    ),
+    SecretShape(
+        "telegram_bot_token",
+        "A Telegram bot token (bot id, a colon and AA...).",
+        r"(?:\b|bot)([0-9]{8,10}:AA[A-Za-z0-9_-]{33})",
+    ),
+    SecretShape(
+        "shopify_token",
+        "A Shopify access token or shared secret (shpat_, shpca_, shppa_, shpss_).",
+        r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}\b",
+    ),
+    SecretShape(
+        "square_token",
+        "A Square access token or OAuth secret (EAAA..., sq0atp-, sq0csp-).",
+        r"\b(?:EAAA[A-Za-z0-9_-]{60}|sq0(?:atp|csp)-[A-Za-z0-9_-]{22,43})",
+    ),
+    SecretShape(
+        "digitalocean_token",
+        "A DigitalOcean personal access, OAuth or refresh token (dop_v1_...).",
+        r"\bdo[opr]_v1_[a-f0-9]{64}\b",
+    ),
+    SecretShape(
+        "heroku_api_key",
+        "A Heroku API key: HRKU-... or a UUID assigned to a heroku key or token.",
+        r"(?i:[\w.-]*heroku[\w.-]*(?:key|token|secret)(?:\\?[\"'])?"
+        rf"{_SEP}(?:\\?[\"'])?)({_UUID})\b|\bHRKU-[A-Za-z0-9_-]{{20,}}",
+    ),
+    SecretShape(
+        "databricks_token",
+        "A Databricks personal access token (dapi...).",
+        r"\bdapi[0-9a-f]{32}(?:-[0-9]+)?\b",
+    ),
+    SecretShape(
+        "atlassian_api_token",
+        "An Atlassian (Jira, Confluence) API token (ATATT3...).",
+        r"\bAT(?:ATT|CTT)3[A-Za-z0-9_=-]{100,}",
+    ),
+    SecretShape(
+        "hashicorp_vault_token",
+        "A HashiCorp Vault service, batch or recovery token (hvs., hvb., hvr.).",
+        r"\bhv[sbr]\.[A-Za-z0-9_-]{24,}",
+    ),
+    SecretShape(
+        "terraform_cloud_token",
+        "A Terraform Cloud / Enterprise API token (....atlasv1....).",
+        r"\b[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,}",
+    ),
+    SecretShape(
+        "postman_api_key",
+        "A Postman API key (PMAK-...).",
+        r"\bPMAK-[0-9a-f]{24}-[0-9a-f]{34}\b",
+    ),
+    SecretShape(
+        "age_secret_key",
+        "An age encryption secret key (AGE-SECRET-KEY-1...).",
+        r"\bAGE-SECRET-KEY-1[QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L]{58}\b",
+    ),
+    SecretShape(
+        "grafana_token",
+        "A Grafana service-account or Grafana Cloud token (glsa_, glc_).",
+        r"\b(?:glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}|glc_[A-Za-z0-9+/]{32,}={0,2})",
+    ),
+    SecretShape(
+        "newrelic_api_key",
+        "A New Relic user API key (NRAK-...).",
+        r"\bNRAK-[A-Z0-9]{27}\b",
+    ),
+    SecretShape(
+        "sentry_auth_token",
+        "A Sentry organisation or user auth token (sntrys_, sntryu_).",
+        r"\bsntr[yu]s_[A-Za-z0-9+/=_-]{40,}",
+    ),
+    SecretShape(
+        "linear_api_key",
+        "A Linear API key (lin_api_...).",
+        r"\blin_api_[A-Za-z0-9]{40}\b",
+    ),
+    SecretShape(
+        "doppler_token",
+        "A Doppler personal, service or service-account token (dp.pt., dp.st., ...).",
+        r"\bdp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}",
+    ),
+    SecretShape(
+        "mapbox_secret_token",
+        "A Mapbox secret access token (sk.eyJ...).",
+        r"\bsk\.eyJ[A-Za-z0-9_-]{20,}\.[A-Za-z0-9_-]{20,}",
+    ),
+    SecretShape(
+        "notion_token",
+        "A Notion integration token (secret_..., ntn_...).",
+        r"\b(?:secret_[A-Za-z0-9]{43}|ntn_[A-Za-z0-9]{46})\b",
+    ),
+    SecretShape(
+        "airtable_token",
+        "An Airtable personal access token (pat....).",
+        r"\bpat[A-Za-z0-9]{14}\.[a-f0-9]{64}\b",
+    ),
+    SecretShape(
+        "supabase_token",
+        "A Supabase personal access token (sbp_...).",
+        r"\bsbp_[a-f0-9]{40}\b",
+    ),
+    SecretShape(
+        "pulumi_token",
+        "A Pulumi access token (pul-...).",
+        r"\bpul-[a-f0-9]{40}\b",
+    ),
+    SecretShape(
+        "onepassword_service_token",
+        "A 1Password service-account token (ops_eyJ...).",
+        r"\bops_eyJ[A-Za-z0-9+/=_-]{100,}",
+    ),
+    SecretShape(
+        "jwt",
+        "A JSON Web Token: three base64url segments, header and payload starting eyJ.",
+        r"\beyJ[A-Za-z0-9_-]{10,}\.eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{16,}",
+    ),
+    SecretShape(
+        "bearer_token",
+        "A bearer token in an Authorization header.",
+        r"(?i:\b(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?"
+        r"(?:bearer|token)[ \t]+)([A-Za-z0-9._~+/-]{16,}=*)",
+    ),
+    SecretShape(
+        "basic_auth_header",
+        "Base64 user:password credentials in an Authorization: Basic header.",
+        r"(?i:\b(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?"
+        r"basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})",
+    ),
+    SecretShape(
+        "curl_user_password",
+        "The password in a curl -u / --user user:password option.",
+        r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u[ \t]*|--user[ \t=]+)[\"']?[^\s:\"']*:"
+        r"([^\s\"'$*<\[][^\s\"']*)",
+    ),
+    SecretShape(
+        "mysql_cli_password",
+        "The password in a mysql/mysqldump -pPASSWORD command-line option.",
+        r"\bmysql(?:dump|admin|sh)?\b[^\r\n|;&]*?[ \t]-p([^\s\"'$*<\[-][^\s\"']*)",
+    ),
+    SecretShape(
+        "database_connection_string",
+        "The password in a database connection URL (postgres://user:password@host).",
+        _url_password(
+            r"(?i:\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql"
+            r"|sqlserver|oracle|cockroachdb|clickhouse|couchdb|neo4j(?:\+s)?|bolt|snowflake"
+            r"|db2)(?:\+[a-z0-9]+)?)"
+        ),
+    ),
+    SecretShape(
+        "url_credentials",
+        "The password in a URL's user:password@ part (basic-auth credentials).",
+        _url_password(r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}"),
+    ),
+    SecretShape(
+        "password_assignment",
+        "A value assigned to a password-like key (password, passwd, passphrase, pwd, *_pass).",
+        _assignment(
+            r"passw(?:or)?d|passphrase|passcode|pwd|[_.-]pass",
+            r"PASSW(?:OR)?D|PASSPHRASE|PASSCODE|PWD|_PASS",
+        ),
+    ),
+    SecretShape(
+        "secret_assignment",
+        "A value assigned to a secret-like key (secret, client_secret, private_key, ...).",
+        _assignment(
+            r"secret(?:[_-]?key)?|(?:private|signing|encryption|decryption|master)[_-]?key",
+            r"SECRET(?:_?KEY)?|(?:PRIVATE|SIGNING|ENCRYPTION|DECRYPTION|MASTER)_?KEY",
+        ),
+    ),
+    SecretShape(
+        "api_key_assignment",
+        "A value assigned to an API-key-like key (api_key, apikey, access_key, x-api-key, ...).",
+        _assignment(
+            r"api[_-]?key|access[_-]?key|app[_-]?key|auth[_-]?key|subscription[_-]?key",
+            r"API_?KEY|ACCESS_?KEY|APP_?KEY|AUTH_?KEY|SUBSCRIPTION_?KEY",
+        ),
+    ),
+    SecretShape(
+        "token_assignment",
+        "A value assigned to a token-like key (token, access_token, auth_token, ...).",
+        _assignment(r"token", r"TOKEN"),
+    ),
+)
+
+# Shapes recognised by their context rather than by the value itself: when their value is
+# a recognisable token, the finding is reported under that token's own shape instead.
+_CONTEXTUAL: frozenset[str] = frozenset(
+    {
+        "bearer_token",
+        "basic_auth_header",
+        "curl_user_password",
+        "mysql_cli_password",
+        "database_connection_string",
+        "url_credentials",
+        "npmrc_auth_token",
+        "password_assignment",
+        "secret_assignment",
+        "api_key_assignment",
+        "token_assignment",
+    }
+)
+
+# No shape can match fewer characters than this (the shortest is a URL like `ab://:x@`),
+# so shorter strings skip the regex engine altogether.
+_MIN_SECRET_LEN = 8
+
+# mask_secrets repeats until nothing is found, so its output is a fixed point. A finding
+# always consumes at least one original character, so this bound is never reached in
+# practice; it only guards against a pattern bug turning into an endless loop.
+_MAX_MASK_PASSES = 8
+
+_SHAPE_NAMES: tuple[str, ...] = tuple(shape.name for shape in SECRET_SHAPES)
+_SHAPE_SET: frozenset[str] = frozenset(_SHAPE_NAMES)
+
+
+def _without_captures(pattern: str) -> str:
+    """``pattern`` with every capturing group made non-capturing.
+
+    Used for yes/no scans: the RE2 binding returns one span per group on every call, so a
+    pattern with a hundred groups costs several microseconds even when nothing matches.
+    """
+    out: list[str] = []
+    escaped = in_class = False
+    for i, char in enumerate(pattern):
+        out.append(char)
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        elif char == "(" and pattern[i + 1 : i + 2] != "?":
+            out.append("?:")
+    return "".join(out)
+
+
+class _Scanner:
+    """A compiled alternation over a set of shapes, and how to read its matches."""
+
+    __slots__ = ("_groups", "_refiner", "detector", "regex")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        import re2  # deferred: keeps `import charter` free of the RE2 extension
+
+        by_name = {shape.name: shape for shape in SECRET_SHAPES}
+        options = re2.Options()
+        # Big alternations want more than RE2's 8 MiB default once the DFA has cached
+        # states for long inputs; running out would drop scanning to the slower NFA.
+        options.max_mem = 64 << 20
+        self.regex: Any = re2.compile(
+            "|".join(f"(?P<{name}>{by_name[name].pattern})" for name in names), options
+        )
+        self.detector: Any = re2.compile(
+            "|".join(f"(?:{_without_captures(by_name[name].pattern)})" for name in names),
+            options,
+        )
+        index: dict[str, int] = dict(self.regex.groupindex)
+        starts = sorted((index[name], name) for name in names)
+        ends = [start for start, _ in starts[1:]] + [int(self.regex.groups) + 1]
+        # top-level group index -> (shape name, indices of the shape's value groups)
+        self._groups: dict[int, tuple[str, tuple[int, ...]]] = {
+            start: (name, tuple(range(start + 1, end)))
+            for (start, name), end in zip(starts, ends, strict=True)
+        }
+        specific = tuple(name for name in names if name not in _CONTEXTUAL)
+        self._refiner: _Scanner | None = (
+            _scanner(specific) if specific and len(specific) < len(names) else None
+        )
+
+    def _finding(self, match: Any, offset: int) -> SecretFinding:
+        # The outermost group ends last, so lastindex names the shape that matched.
+        name, value_groups = self._groups[int(match.lastindex)]
+        start, end = int(match.start()), int(match.end())
+        for group in value_groups:
+            group_start = int(match.start(group))
+            if group_start != -1:
+                start, end = group_start, int(match.end(group))
+                break
+        if self._refiner is not None and name in _CONTEXTUAL:
+            # The value is judged on its own, so the context around it doesn't matter.
+            refined = self._refiner.regex.fullmatch(match.string[start:end])
+            if refined is not None:
+                return self._refiner._finding(refined, offset + start)
+        return SecretFinding(name, start + offset, end + offset)
+
+    def findall(self, text: str) -> list[SecretFinding]:
+        if self.detector.search(text) is None:
+            return []
+        return [self._finding(match, 0) for match in self.regex.finditer(text)]
+
+
+@functools.cache
+def _scanner(names: tuple[str, ...]) -> _Scanner:
+    return _Scanner(names)
+
+
+@functools.cache
+def _all_shapes_scanner() -> _Scanner:
+    # Its own cache entry: hashing the 60-odd names on every call would cost more than
+    # the scan of a short string.
+    return _scanner(_SHAPE_NAMES)
+
+
+def _select(shapes: Collection[str] | None) -> _Scanner | None:
+    """The scanner for ``shapes`` (None = all), or None when no shape was asked for."""
+    if shapes is None:
+        return _all_shapes_scanner()
+    # A bare string is a Collection[str] of characters; read it as one shape name.
+    wanted = frozenset((shapes,) if isinstance(shapes, str) else shapes)
+    unknown = sorted(wanted - _SHAPE_SET)
+    if unknown:
+        raise ValueError(
+            f"unknown secret shape(s): {', '.join(map(repr, unknown))}; "
+            f"valid shapes are: {', '.join(_SHAPE_NAMES)}"
+        )
+    if not wanted:
+        return None
+    if len(wanted) == len(_SHAPE_NAMES):
+        return _all_shapes_scanner()
+    # Keep the global order: it decides which shape wins when two match at one position.
+    return _scanner(tuple(name for name in _SHAPE_NAMES if name in wanted))
+
+
+def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[SecretFinding]:
+    """Secrets in ``text``, non-overlapping and ordered by start.
+
+    ``shapes`` restricts the scan to those shape names (a single name may be passed as a
+    string); an unknown name raises ValueError. For context-dependent shapes (assignments,
+    headers, URLs) a finding covers the secret value only, not its key or context.
+    """
+    scanner = _select(shapes)
+    if scanner is None or len(text) < _MIN_SECRET_LEN:
+        return []
+    return scanner.findall(text)
+
+
+def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
+    """Whether ``text`` contains any secret (of the given ``shapes``, if any)."""
+    scanner = _select(shapes)
+    if scanner is None or len(text) < _MIN_SECRET_LEN:
+        return False
+    return scanner.detector.search(text) is not None
+
+
+def _replace(text: str, findings: list[SecretFinding]) -> str:
+    parts: list[str] = []
+    position = 0
+    for finding in findings:
+        parts.append(text[position : finding.start])
+        parts.append(f"[REDACTED:{finding.shape}]")
+        position = finding.end
+    parts.append(text[position:])
+    return "".join(parts)
+
+
+def mask_secrets(text: str) -> tuple[str, int]:
+    """``text`` with every secret replaced by ``[REDACTED:<shape>]``, and how many were.
+
+    Only the value of an assignment, header or URL credential is replaced
+    (``password=[REDACTED:password_assignment]``); token-like secrets are replaced whole.
+    The result contains no findings, so masking is idempotent.
+    """
+    count = 0
+    for _ in range(_MAX_MASK_PASSES):
+        findings = find_secrets(text)
+        if not findings:
+            break
+        count += len(findings)
+        text = _replace(text, findings)
+    return text, count
+
+
+def shape_names() -> tuple[str, ...]:
+    """The names of all known shapes, in scanning-priority order."""
+    return _SHAPE_NAMES
