@@ -205,7 +205,7 @@ def test_load_report_states() -> None:
 
 def test_task_lifecycle() -> None:
     engine = PolicyEngine([])
-    with pytest.raises(ValueError, match="was not started; record a task.start first"):
+    with pytest.raises(ValueError, match=r"was not started; record a task\.start first"):
         engine.record(step().completed({}))
     start(engine)
     with pytest.raises(ValueError, match="already started"):

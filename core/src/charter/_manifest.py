@@ -68,7 +68,7 @@ def _loader() -> Any:
 
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
+                event = self.peek_event()  # type: ignore[no-untyped-call]
                 raise yaml.constructor.ConstructorError(
                     None,
                     None,

@@ -6,11 +6,12 @@ A store keeps one hash chain per (agent_id, task_id). Stores never raise anythin
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from charter._audit.chain import ChainHead
+from charter._audit.chain import ChainHead, PreparedEntry, prepare_entry
 from charter._errors import CharterError
 
 __all__ = [
@@ -21,6 +22,10 @@ __all__ = [
     "StoreError",
     "TaskSummary",
     "VerifyReport",
+    "check_process",
+    "check_store_path",
+    "closed_error",
+    "prepare_batch",
 ]
 
 
@@ -167,3 +172,66 @@ class AuditStore(Protocol):
     def close(self) -> None:
         """Release files and connections; later calls raise StoreError. Idempotent."""
         ...
+
+
+def prepare_batch(entries: Sequence[Mapping[str, Any]]) -> list[PreparedEntry]:
+    """Check and pre-canonicalise a batch for `append`.
+
+    Raises StoreError naming the first refused entry (by position) and why.
+    """
+    if isinstance(entries, Mapping | str | bytes):
+        raise StoreError("append takes a sequence of entries, not a single entry")
+    prepared: list[PreparedEntry] = []
+    total = len(entries)
+    for index, entry in enumerate(entries):
+        try:
+            prepared.append(prepare_entry(entry))
+        except ValueError as exc:
+            raise StoreError(
+                f"audit entry {index + 1} of {total} was refused and nothing was written: {exc}"
+            ) from None
+    return prepared
+
+
+def closed_error(task_id: str, agent_id: str, location: str) -> StoreError:
+    """The refusal for appending to a chain whose end marker is already stored."""
+    who = f" of agent {agent_id!r}" if agent_id else ""
+    return StoreError(
+        f"task {task_id!r}{who} is closed in {location}: its end marker is stored, so nothing "
+        "more can be appended to it; nothing was written"
+    )
+
+
+def check_store_path(path: str, create: bool) -> None:
+    """Make sure `path` can hold a store file, creating its parent directories if `create`.
+
+    Raises StoreError naming the path when it is a directory, when it is missing and
+    `create` is False, or when its directory cannot be created (for instance because a
+    parent is a regular file).
+    """
+    if os.path.isdir(path):
+        raise StoreError(f"audit store {path} is a directory, not a file")
+    if os.path.exists(path):
+        return
+    if not create:
+        raise StoreError(f"there is no audit store at {path}")
+    parent = os.path.dirname(path)
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot create the directory {parent} for audit store {path}: {exc.strerror or exc}"
+        ) from None
+
+
+def check_process(owner_pid: int, location: str) -> None:
+    """Refuse use of a store object in a process forked from the one that opened it.
+
+    An inherited SQLite connection or file lock is shared with the parent, which would let
+    both processes believe they hold the write lock; the child must open its own store.
+    """
+    if os.getpid() != owner_pid:
+        raise StoreError(
+            f"audit store {location} was opened in another process (before a fork); "
+            "open a new store in this process"
+        )

@@ -1,5 +1,5 @@
 """Built-in rules; importing this package registers them."""
 
-from charter._rules import basic, compound, guards, history, registration  # noqa: F401  (registers on import)
+from charter._rules import basic, compound, guards, history, registration
 
-__all__ = ["basic", "compound", "registration"]
+__all__ = ["basic", "compound", "guards", "history", "registration"]
