@@ -7,8 +7,11 @@ repository contains anything that looks like a real token to a secret scanner.
 from __future__ import annotations
 
 import base64
+import functools
+import itertools
 import json
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 import re2
@@ -16,6 +19,9 @@ from charter._secrets import (
     SECRET_SHAPES,
     SecretFinding,
     SecretShape,
+    _all_shapes_scanner,
+    _combined,
+    _without_captures,
     contains_secret,
     find_secrets,
     mask_secrets,
@@ -359,14 +365,33 @@ def test_every_pattern_compiles_with_re2() -> None:
 
 
 def test_combined_pattern_has_one_named_group_per_shape() -> None:
-    from charter._secrets import _all_shapes_scanner
-
-    scanner = _all_shapes_scanner()
-    index = scanner.regex.groupindex
+    combined = re2.compile(_combined(shape_names()))
+    index = combined.groupindex
     assert sorted(index, key=index.__getitem__) == list(shape_names())
     value_groups = sum(re2.compile(shape.pattern).groups for shape in SECRET_SHAPES)
-    assert scanner.regex.groups == len(SECRET_SHAPES) + value_groups
-    assert scanner.detector.groups == 0
+    assert combined.groups == len(SECRET_SHAPES) + value_groups
+    # What actually scans is the same alternation without groups.
+    detector = _all_shapes_scanner().detector
+    assert detector.groups == 0
+    assert detector.pattern == _without_captures(_combined(shape_names()))
+
+
+def _reference_matches(text: str) -> list[tuple[str, int, int]]:
+    """(shape, start, end) of each match of the named alternation: the ground truth."""
+    combined = _reference_regex()
+    names = {index: name for name, index in combined.groupindex.items()}
+    return [(names[m.lastindex], m.start(), m.end()) for m in combined.finditer(text)]
+
+
+@functools.cache
+def _reference_regex() -> Any:
+    return re2.compile(_combined(shape_names()))
+
+
+def _scanner_matches(text: str) -> list[tuple[str, int, int]]:
+    scanner = _all_shapes_scanner()
+    spans = [(m.start(), m.end()) for m in scanner.detector.finditer(text)]
+    return [(scanner._identify(text, start, end)[0], start, end) for start, end in spans]
 
 
 def test_every_shape_has_a_sample() -> None:
@@ -381,6 +406,7 @@ def test_every_shape_has_a_sample() -> None:
 def test_sample_is_found_and_masked(sample: Sample) -> None:
     assert sample.secret in sample.text
     _assert_found(sample.text, sample)
+    assert _scanner_matches(sample.text) == _reference_matches(sample.text)
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=_describe)
@@ -426,7 +452,7 @@ def test_several_secrets_are_ordered_and_counted() -> None:
         "github_token",
         "aws_access_key_id",
     ]
-    assert all(a.end <= b.start for a, b in zip(findings, findings[1:], strict=False))
+    assert all(a.end <= b.start for a, b in itertools.pairwise(findings))
     masked, count = mask_secrets(text)
     assert count == 4
     assert aws not in masked and ghp not in masked and "Fake-Pass-0" not in masked
@@ -511,8 +537,9 @@ _MIXED_TEXT = st.lists(st.one_of(_PIECES, st.text(max_size=20)), max_size=8).map
 def test_scanning_never_raises_and_findings_are_well_formed(text: str) -> None:
     findings = find_secrets(text)
     assert all(0 <= f.start < f.end <= len(text) for f in findings)
-    assert all(a.end <= b.start for a, b in zip(findings, findings[1:], strict=False))
+    assert all(a.end <= b.start for a, b in itertools.pairwise(findings))
     assert contains_secret(text) == bool(findings)
+    assert _scanner_matches(text) == _reference_matches(text)
 
 
 @settings(max_examples=300, deadline=None)

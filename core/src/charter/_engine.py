@@ -109,6 +109,18 @@ class LoadReport:
     source: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A task's state as `PolicyEngine.checkpoint` saw it (opaque to callers)."""
+
+    task_id: str
+    task: TaskHistory | None
+    steps: int
+    last_seq: int
+    closing: bool
+    open_intents: dict[str, Behavior]
+
+
 def _aggregate(results: list[PolicyResult]) -> tuple[Decision, float, str]:
     decision = Decision.ALLOW
     keep = 1.0
@@ -414,6 +426,57 @@ class PolicyEngine:
             if task is not None:
                 return "closing" if task.closing else "open"
             return "ended" if task_id in self._closed else "unknown"
+
+    def open_intent(self, task_id: str, action_id: str) -> Behavior | None:
+        """The open intent `action_id` of the task, or None when there is none."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return task.open_intents.get(action_id) if task else None
+
+    def checkpoint(self, task_id: str) -> Checkpoint:
+        """A cheap mark of the task's state, for `rollback` right after a failed write.
+
+        The runner takes one before recording a step whose store commit may still fail
+        (durability "sync"), so the history never runs ahead of the audit trail.
+        """
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return Checkpoint(task_id, None, 0, 0, False, {})
+            return Checkpoint(
+                task_id, task, len(task.steps), task.last_seq, task.closing, dict(task.open_intents)
+            )
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Undo every `record` of the task since `checkpoint` (and nothing else).
+
+        Intents registered since are kept; history indexes are rebuilt on their next use.
+        """
+        with self._lock:
+            tid = checkpoint.task_id
+            task = self._tasks.get(tid)
+            if task is None:
+                return
+            if checkpoint.task is None or checkpoint.task is not task:
+                if checkpoint.task is None:
+                    del self._tasks[tid]
+                return
+            undone = task.steps[checkpoint.steps :]
+            rebuilt = TaskHistory(tid)
+            rebuilt.steps = task.steps[: checkpoint.steps]
+            rebuilt.last_seq = checkpoint.last_seq
+            rebuilt.closing = checkpoint.closing
+            rebuilt.action_ids = task.action_ids
+            rebuilt.open_intents = task.open_intents
+            for step in undone:
+                aid = step.action_id
+                if aid is None:
+                    continue
+                if aid in checkpoint.open_intents:
+                    rebuilt.open_intents[aid] = checkpoint.open_intents[aid]
+                else:
+                    rebuilt.action_ids.discard(aid)
+            self._tasks[tid] = rebuilt
 
     def active_tasks(self) -> tuple[str, ...]:
         with self._lock:

@@ -95,17 +95,20 @@ _UNQ = r"[^\s\"'`;&|<>(){}\[\]\\]"
 # ...must not *start* like a template (`$X`, `%s`), a placeholder or a redaction marker
 # (`***`, `[REDACTED:...]`), a path (`/`, `~`, `.`), a comment or a flag...
 _UNQ_FIRST = r"[^\s\"'`;&|<>(){}\[\]\\$%*/~.#=:@!-]"
-_UNQ_SYMBOL = r"[0-9!#$%*+=?@^~]"
-_UNQ_FIRST_SYMBOL = r"[0-9+?^]"
 # ...and must end the word: `Ed25519PrivateKey.generate()` or `base64.b64decode(x)` is a
 # call, not a value. The terminator is matched but is not part of the finding.
 _UNQ_END = r"(?:[\s,;&|)}\]\"'`<>\\]|$)"
+# Unquoted, a digit alone is not enough when there is a dot: `ed25519.Ed25519PrivateKey`
+# and `self.token2` are attribute references. Such values need a symbol proper.
+_UNQ_NO_DOT = r"[^\s\"'`;&|<>(){}\[\]\\.]"
+_UNQ_SYMBOL = r"[!#$%*+=?@^~]"
+_UNQ_FIRST_SYMBOL = r"[+?^]"
 
 # Quoted values may hold spaces but not line breaks, and must not start like a template,
 # placeholder, marker or path. The backslash is excluded so that escaped JSON
 # (`{\"password\": \"...\"}`) ends the value at `\"`.
-_QUOTED_FIRST = r"[^\s\"'`$%{<*\[\\/.~]"
-_QUOTED_FIRST_SYMBOL = r"[0-9!#&+=?@^]"
+_QUOTED_FIRST = r"[^\s\"'`$%{<*\[\\/.~#]"
+_QUOTED_FIRST_SYMBOL = r"[0-9!&+=?@^]"
 
 
 def _with_symbol(first: str, first_symbol: str, rest: str, symbol: str) -> str:
@@ -139,23 +142,27 @@ def _assignment(keywords: str, upper_keywords: str) -> str:
     Two forms, each capturing only the value:
 
     * generic (case-insensitive; `key = "v"`, `"key": 'v'`, `key: v`, `--key v`): the
-      value must contain a digit or symbol, since code is full of `password=password`;
+      value must contain a digit or symbol, since code is full of `password=password`.
+      An unquoted value after `:` needs a space first, as in YAML and HTTP headers, which
+      keeps ARNs (`arn:aws:secretsmanager:...:secret:name`) out;
     * env-file (`UPPER_KEY=v`, no spaces around `=` as in shell, so Python constants such
       as `ERRORTOKEN = token.ERRORTOKEN` stay out): any value of the minimum length.
     """
-    key = (
-        rf"(?i:--[\w-]*(?:{keywords})[ \t]+"
-        rf"|[\w.-]*(?:{keywords})(?:\\?[\"'])?{_SEP})"
+    quoted = f"{_quoted(chr(34), need_symbol=True)}|{_quoted(chr(39), need_symbol=True)}"
+    unquoted = (
+        f"({_with_symbol(_UNQ_FIRST, _UNQ_FIRST_SYMBOL, _UNQ, _UNQ_SYMBOL)}"
+        f"|{_with_symbol(_UNQ_FIRST, '[0-9]', _UNQ_NO_DOT, '[0-9]')}){_UNQ_END}"
     )
     generic = (
-        rf"(?:{_quoted(chr(34), need_symbol=True)}|{_quoted(chr(39), need_symbol=True)}"
-        rf"|({_with_symbol(_UNQ_FIRST, _UNQ_FIRST_SYMBOL, _UNQ, _UNQ_SYMBOL)}){_UNQ_END})"
+        rf"(?i:[\w.-]*(?:{keywords}))(?:\\?[\"'])?"
+        rf"(?:{_SEP}(?:{quoted})|[ \t]*(?:(?::=|=>|==|=)[ \t]*|:[ \t]+){unquoted})"
+        rf"|(?i:--[\w-]*(?:{keywords}))[ \t]+(?:{quoted}|{unquoted})"
     )
     env = (
         rf"(?:{_quoted(chr(34), need_symbol=False)}|{_quoted(chr(39), need_symbol=False)}"
         rf"|({_UNQ_FIRST}{_UNQ}{{{_MIN_VALUE - 1},}}){_UNQ_END})"
     )
-    return f"{key}{generic}|[A-Z0-9_]*(?:{upper_keywords})={env}"
+    return f"{generic}|[A-Z0-9_]*(?:{upper_keywords})={env}"
 
 
 def _url_password(schemes: str) -> str:
@@ -163,25 +170,36 @@ def _url_password(schemes: str) -> str:
     # unencoded `@` (greedy up to the last `@` before the path), but must not start like a
     # template or placeholder.
     return (
-        rf"(?:{schemes})://[^\s:/?#@\"'<>]*:"
+        rf"(?:{schemes})://[^\s:/?#@\"'<>\[\]]*:"
         r"([^\s:/?#@\"'<>\[\]{}$*][^\s/?#\"'<>\[\]]*)@"
     )
 
 
-# After the BEGIN line there must be key material (a base64 line or a header such as
-# `Proc-Type: 4,ENCRYPTED`), so prose and code that merely mention the BEGIN line are not
-# secrets. Line breaks may be real or JSON-escaped; keys pasted on one line use spaces.
-_PEM_LINE = r"[ \t]*(?:[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z][A-Za-z-]*:[ \t][^\r\n\\]*)"
-_PEM_BREAK = r"(?:\r?\n|(?:\\r)?\\n)"
-# When the END line is missing (truncated logs), the body is the run of such lines.
-_PEM_BODY = rf"(?:{_PEM_BREAK}{_PEM_LINE})*"
+# Armored keys are matched line by line, never with an open-ended `[\s\S]*?...END`: a BEGIN
+# line without its END would keep such a branch alive to the end of the text on every
+# search, making scans quadratic. Key lines are base64 (full lines, a padded short line, a
+# PGP checksum) or headers such as `Proc-Type: 4,ENCRYPTED`. At least one must follow the
+# BEGIN line, so prose and code that merely mention it are not secrets. Line breaks may be
+# real or JSON-escaped, and keys pasted on one line use spaces.
+_KEY_LINE = (
+    r"(?:=[A-Za-z0-9+/]{4}|[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9+/]*={1,2}"
+    r"|[A-Za-z][A-Za-z-]*:[ \t][^\r\n\\]*)"
+)
+_KEY_BREAK = r"(?:(?:[ \t]*(?:\r?\n|(?:\\r)?\\n))+[ \t]*|[ \t]+)"
+# An unpadded last line can be short; it only counts right before the END line.
+_KEY_SHORT_LINE = rf"(?:[A-Za-z0-9+/]{{1,15}}{_KEY_BREAK})?"
+
+
+def _armored(begin: str, end: str) -> str:
+    """``begin``, key lines, and ``end`` if present (truncated keys are still secrets)."""
+    return (
+        rf"{begin}{_KEY_BREAK}{_KEY_LINE}(?:{_KEY_BREAK}{_KEY_LINE})*"
+        rf"(?:{_KEY_BREAK}{_KEY_SHORT_LINE}{end})?"
+    )
 
 
 def _pem(label: str) -> str:
-    return (
-        rf"-----BEGIN {label}-----(?:{_PEM_BREAK}|[ \t])"
-        rf"{_PEM_LINE}(?:[\s\S]*?-----END {label}-----|{_PEM_BODY})"
-    )
+    return _armored(f"-----BEGIN {label}-----", f"-----END {label}-----")
 
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -193,8 +211,14 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
         "ssh_private_key",
         "An OpenSSH, SSH2 or PuTTY private key file.",
         _pem("OPENSSH PRIVATE KEY")
-        + r"|---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----[\s\S]*?---- END SSH2 ENCRYPTED PRIVATE KEY ----"
-        + r"|PuTTY-User-Key-File-[0-9]+:[\s\S]*?Private-Lines:[ \t]*[0-9]+(?:\r?\n[A-Za-z0-9+/=]+)+",
+        + "|"
+        + _armored(
+            "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----", "---- END SSH2 ENCRYPTED PRIVATE KEY ----"
+        )
+        # PuTTY: header and public-key lines, then the private lines.
+        + r"|PuTTY-User-Key-File-[0-9]+:[^\r\n]*"
+        + r"(?:\r?\n(?:[A-Za-z][A-Za-z-]*:[^\r\n]*|[A-Za-z0-9+/=]+))*?"
+        + r"\r?\nPrivate-Lines:[ \t]*[0-9]+(?:\r?\n[A-Za-z0-9+/=]+)+",
     ),
     SecretShape(
         "private_key_block",
@@ -235,7 +259,8 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
     SecretShape(
         "azure_storage_key",
         "An Azure storage or Service Bus key in a connection string (AccountKey=...).",
-        r"(?i:\b(?:AccountKey|SharedAccessKey|SharedSecret)[ \t]*=[ \t]*)([A-Za-z0-9+/]{20,}={0,2})",
+        r"(?i:\b(?:AccountKey|SharedAccessKey|SharedSecret)[ \t]*=[ \t]*)"
+        r"([A-Za-z0-9+/]{20,}={0,2})",
     ),
     SecretShape(
         "azure_sas_signature",
@@ -244,7 +269,7 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
     ),
     SecretShape(
         "github_token",
-        "A GitHub personal, OAuth, app or refresh token (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_).",
+        "A GitHub personal, OAuth, app or refresh token (ghp_, gho_, ghs_, github_pat_...).",
         r"\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{60,})",
     ),
     SecretShape(
@@ -321,7 +346,8 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
     SecretShape(
         "npmrc_auth_token",
         "An auth token or password in an .npmrc file (_authToken=..., _auth=..., _password=...).",
-        r"\b_(?:authToken|auth|password)[ \t]*=[ \t]*[\"']?([^\s\"'$\[\]{}<>*][^\s\"'\[\]{}<>]{5,})",
+        r"\b_(?:authToken|auth|password)[ \t]*=[ \t]*[\"']?"
+        r"([^\s\"'$\[\]{}<>*][^\s\"'\[\]{}<>]{5,})",
     ),
     SecretShape(
         "pypi_token",
@@ -481,16 +507,18 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
         r"(?i:\b(?:proxy-)?authorization(?:\\?[\"'])?[ \t]*[:=][ \t]*(?:\\?[\"'])?"
         r"basic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})",
     ),
+    # The two command-line shapes below look at most 200 characters past the command name:
+    # an unbounded gap would keep a branch alive to the end of a long line on every search.
     SecretShape(
         "curl_user_password",
         "The password in a curl -u / --user user:password option.",
-        r"\bcurl\b[^\r\n|;&]*?[ \t](?:-u[ \t]*|--user[ \t=]+)[\"']?[^\s:\"']*:"
+        r"\bcurl\b[^\r\n|;&]{0,200}?[ \t](?:-u[ \t]*|--user[ \t=]+)[\"']?[^\s:\"']*:"
         r"([^\s\"'$*<\[][^\s\"']*)",
     ),
     SecretShape(
         "mysql_cli_password",
         "The password in a mysql/mysqldump -pPASSWORD command-line option.",
-        r"\bmysql(?:dump|admin|sh)?\b[^\r\n|;&]*?[ \t]-p([^\s\"'$*<\[-][^\s\"']*)",
+        r"\bmysql(?:dump|admin|sh)?\b[^\r\n|;&]{0,200}?[ \t]-p([^\s\"'$*<\[-][^\s\"']*)",
     ),
     SecretShape(
         "database_connection_string",
@@ -504,7 +532,7 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
     SecretShape(
         "url_credentials",
         "The password in a URL's user:password@ part (basic-auth credentials).",
-        _url_password(r"\b[A-Za-z][A-Za-z0-9+.-]{1,30}"),
+        _url_password(r"\b[A-Za-z][A-Za-z0-9+.-]*"),
     ),
     SecretShape(
         "password_assignment",
@@ -566,18 +594,24 @@ _MAX_MASK_PASSES = 8
 
 _SHAPE_NAMES: tuple[str, ...] = tuple(shape.name for shape in SECRET_SHAPES)
 _SHAPE_SET: frozenset[str] = frozenset(_SHAPE_NAMES)
+_SHAPES_BY_NAME: dict[str, SecretShape] = {shape.name: shape for shape in SECRET_SHAPES}
+
+
+def _combined(names: tuple[str, ...]) -> str:
+    """One alternation of the named shapes, a named group each, in priority order."""
+    patterns = {shape.name: shape.pattern for shape in SECRET_SHAPES}
+    return "|".join(f"(?P<{name}>{patterns[name]})" for name in names)
 
 
 def _without_captures(pattern: str) -> str:
-    """``pattern`` with every capturing group made non-capturing.
-
-    Used for yes/no scans: the RE2 binding returns one span per group on every call, so a
-    pattern with a hundred groups costs several microseconds even when nothing matches.
-    """
+    """``pattern`` with every group, named or not, made non-capturing."""
     out: list[str] = []
     escaped = in_class = False
-    for i, char in enumerate(pattern):
+    i = 0
+    while i < len(pattern):
+        char = pattern[i]
         out.append(char)
+        i += 1
         if escaped:
             escaped = False
         elif char == "\\":
@@ -586,64 +620,96 @@ def _without_captures(pattern: str) -> str:
             in_class = char != "]"
         elif char == "[":
             in_class = True
-        elif char == "(" and pattern[i + 1 : i + 2] != "?":
+        elif char == "(" and pattern.startswith("?P<", i):
+            i = pattern.index(">", i) + 1
+            out.append("?:")
+        elif char == "(" and not pattern.startswith("?", i):
             out.append("?:")
     return "".join(out)
 
 
-class _Scanner:
-    """A compiled alternation over a set of shapes, and how to read its matches."""
+def _options() -> Any:
+    import re2  # deferred: keeps `import charter` free of the RE2 extension
 
-    __slots__ = ("_groups", "_refiner", "detector", "regex")
+    options = re2.Options()
+    # Big alternations want more than RE2's 8 MiB default once the DFA has cached states
+    # for varied input; running out would drop scanning to the much slower NFA.
+    options.max_mem = 64 << 20
+    return options
+
+
+@functools.cache
+def _shape_regex(name: str) -> Any:
+    import re2
+
+    return re2.compile(_SHAPES_BY_NAME[name].pattern, _options())
+
+
+class _Scanner:
+    """Scans for a set of shapes.
+
+    Finding *where* secrets are and finding *which* shape and value group each one is are
+    separate steps, because RE2 is only fast at the first. A regex with capturing groups
+    makes RE2 run its slow submatch engine over the whole combined program on every match
+    (tens of microseconds), and the binding returns a span per group on every call, hit or
+    miss. So the text is scanned with the combined alternation stripped of all groups (one
+    DFA pass), and each hit is then attributed to its shape by an RE2 Set (also a DFA) and
+    that shape's own small regex.
+    """
+
+    __slots__ = ("_candidates", "_names", "_refiner", "detector")
 
     def __init__(self, names: tuple[str, ...]) -> None:
-        import re2  # deferred: keeps `import charter` free of the RE2 extension
+        import re2
 
-        by_name = {shape.name: shape for shape in SECRET_SHAPES}
-        options = re2.Options()
-        # Big alternations want more than RE2's 8 MiB default once the DFA has cached
-        # states for long inputs; running out would drop scanning to the slower NFA.
-        options.max_mem = 64 << 20
-        self.regex: Any = re2.compile(
-            "|".join(f"(?P<{name}>{by_name[name].pattern})" for name in names), options
-        )
-        self.detector: Any = re2.compile(
-            "|".join(f"(?:{_without_captures(by_name[name].pattern)})" for name in names),
-            options,
-        )
-        index: dict[str, int] = dict(self.regex.groupindex)
-        starts = sorted((index[name], name) for name in names)
-        ends = [start for start, _ in starts[1:]] + [int(self.regex.groups) + 1]
-        # top-level group index -> (shape name, indices of the shape's value groups)
-        self._groups: dict[int, tuple[str, tuple[int, ...]]] = {
-            start: (name, tuple(range(start + 1, end)))
-            for (start, name), end in zip(starts, ends, strict=True)
-        }
+        self._names = names
+        self.detector: Any = re2.compile(_without_captures(_combined(names)), _options())
+        self._candidates: Any = re2.Set.FullMatchSet(_options())
+        for name in names:
+            self._candidates.Add(_without_captures(_SHAPES_BY_NAME[name].pattern))
+        self._candidates.Compile()
         specific = tuple(name for name in names if name not in _CONTEXTUAL)
         self._refiner: _Scanner | None = (
             _scanner(specific) if specific and len(specific) < len(names) else None
         )
 
-    def _finding(self, match: Any, offset: int) -> SecretFinding:
-        # The outermost group ends last, so lastindex names the shape that matched.
-        name, value_groups = self._groups[int(match.lastindex)]
-        start, end = int(match.start()), int(match.end())
-        for group in value_groups:
+    def _identify(self, text: str, start: int, end: int) -> tuple[str, Any]:
+        """The shape whose alternative the detector matched at ``text[start:end]``.
+
+        RE2 takes the first alternative that matches at a position at all, so this is the
+        lowest-indexed shape matching exactly this span, judged in context (word
+        boundaries, end of text). The Set judges the span alone, which can only add
+        candidates (every word-boundary assertion here sits next to a word character),
+        never lose the right one; still, the loop falls back to every shape, so a future
+        pattern breaking that rule costs time, not correctness.
+        """
+        found = self._candidates.Match(text[start:end]) or []
+        for index in [*sorted(found), *range(len(self._names))]:
+            name = self._names[index]
+            match = _shape_regex(name).fullmatch(text, start, end)
+            if match is not None:
+                return name, match
+        raise AssertionError(f"no shape matches the detected span {text[start:end]!r}")
+
+    def _finding(self, text: str, start: int, end: int, offset: int) -> SecretFinding:
+        name, match = self._identify(text, start, end)
+        for group in range(1, int(match.re.groups) + 1):
             group_start = int(match.start(group))
             if group_start != -1:
                 start, end = group_start, int(match.end(group))
                 break
         if self._refiner is not None and name in _CONTEXTUAL:
             # The value is judged on its own, so the context around it doesn't matter.
-            refined = self._refiner.regex.fullmatch(match.string[start:end])
-            if refined is not None:
-                return self._refiner._finding(refined, offset + start)
+            value = text[start:end]
+            if self._refiner.detector.fullmatch(value) is not None:
+                return self._refiner._finding(value, 0, len(value), offset + start)
         return SecretFinding(name, start + offset, end + offset)
 
     def findall(self, text: str) -> list[SecretFinding]:
-        if self.detector.search(text) is None:
-            return []
-        return [self._finding(match, 0) for match in self.regex.finditer(text)]
+        return [
+            self._finding(text, int(match.start()), int(match.end()), 0)
+            for match in self.detector.finditer(text)
+        ]
 
 
 @functools.cache

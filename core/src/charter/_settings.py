@@ -69,7 +69,7 @@ def _number(minimum: float, inclusive: bool) -> Callable[[Any], float]:
 
 def _count(value: Any) -> int:
     try:
-        if isinstance(value, bool) or isinstance(value, float):
+        if isinstance(value, bool | float):
             raise TypeError
         number = int(value.strip() if isinstance(value, str) else value)
     except (TypeError, ValueError):

@@ -14,13 +14,13 @@ builds an identical index.
 from __future__ import annotations
 
 import bisect
+import functools
 import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from charter._behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._ijson import canonical_digest
@@ -166,8 +166,7 @@ class SumIndex:
 # -- approvals ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class GateOptions:
+class GateOptions(NamedTuple):
     """What makes a recorded step.gate approve a step (the params of `requires_gate`)."""
 
     gate_kind: str | None
@@ -288,6 +287,8 @@ class GateIndex:
         if self._opts.within_steps is not None:
             lo = bisect.bisect_left(group.open, (self.length - self._opts.within_steps,))
         eligible = len(group.open) - lo
+        if eligible > reserved and self._opts.single_use:
+            group.open.pop(lo)
         need = reserved + 1 if self._opts.single_use else 1
         return eligible >= need, group
 
@@ -402,23 +403,31 @@ MAX_WHOLE = 1_024
 # Runs of up to this many words are candidates too, for multi-word values ("Bob Smith").
 MAX_NGRAM = 4
 
-_WS = re.compile(r"\s+")
 _PUNCT = "\"'`()[]{}<>,;:!?.*"
-_EMAIL = re.compile(
-    r"[^\s@<>()\[\]{},;:\"'`]+@[^\s@<>()\[\]{},;:\"'`/]+\.[^\s@<>()\[\]{},;:\"'`/]+"
-)
-_URL = re.compile(r"[a-z][a-z0-9+.\-]*://[^\s<>\"'`]+")
-_DOMAIN = re.compile(r"[\w-]+(?:\.[\w-]+)+")
-_IBAN_SPACED = re.compile(
-    r"\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b", re.IGNORECASE
-)
-_IBAN = re.compile(r"[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}")
-_ANGLE_EMAIL = re.compile(r".*<([^<>\s]+@[^<>\s]+)>\s*")
+_EMAIL = r"[^\s@<>()\[\]{},;:\"'`]+@[^\s@<>()\[\]{},;:\"'`/]+\.[^\s@<>()\[\]{},;:\"'`/]+"
+_URL = r"[a-z][a-z0-9+.\-]*://[^\s<>\"'`]+"
+_DOMAIN = r"[\w-]+(?:\.[\w-]+)+"
+_IBAN_SPACED = r"(?i)\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"
+_IBAN = r"[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}"
+_IBAN_MAX_TEXT = 64  # an IBAN is at most 34 characters, 42 when spaced in groups of four
+_ANGLE_EMAIL = r".*<([^<>\s]+@[^<>\s]+)>\s*"
+
+
+@functools.cache
+def _rx(pattern: str) -> re.Pattern[str]:
+    """Patterns are compiled on first use: loading the rules must stay cheap (a hook process
+    loads them for every step) and most processes never index provenance."""
+    return re.compile(pattern)
+
+
+def _nfkc(s: str) -> str:
+    # ASCII is already NFKC; skipping the call matters on the hot path.
+    return s if s.isascii() else unicodedata.normalize("NFKC", s)
 
 
 def norm_text(s: str) -> str:
     """NFKC, whitespace runs collapsed, stripped, case-folded: how text values are compared."""
-    return _WS.sub(" ", unicodedata.normalize("NFKC", s)).strip().casefold()
+    return " ".join(_nfkc(s).split()).casefold()
 
 
 def norm_host(s: str) -> str:
@@ -441,7 +450,7 @@ def norm_host(s: str) -> str:
 
 def norm_iban(s: str) -> str:
     """NFKC, all whitespace removed, upper-cased."""
-    return _WS.sub("", unicodedata.normalize("NFKC", s)).upper()
+    return "".join(_nfkc(s).split()).upper()
 
 
 def _iban_ok(compact: str) -> bool:
@@ -464,21 +473,21 @@ def provenance_keys(value: str, mode: str) -> tuple[tuple[str, str], ...]:
         return (("h", norm_host(value)),)
     if mode == "iban":
         return (("i", norm_iban(value)),)
-    if mode in ("auto", "email"):
-        m = _ANGLE_EMAIL.fullmatch(unicodedata.normalize("NFKC", value))
+    if mode in ("auto", "email") and ">" in value:
+        m = _rx(_ANGLE_EMAIL).fullmatch(_nfkc(value))
         if m is not None:
             return (("t", norm_text(m.group(1))),)
-    if mode == "auto":
+    if mode == "auto" and len(value) <= _IBAN_MAX_TEXT and "@" not in value:
         compact = norm_iban(value)
-        if _IBAN.fullmatch(compact):
+        if _rx(_IBAN).fullmatch(compact):
             return (("i", compact), ("t", norm_text(value)))
     return (("t", norm_text(value)),)
 
 
 def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
     """Add every normalised candidate value found in one trusted string to `out`."""
-    raw = unicodedata.normalize("NFKC", text[:MAX_INDEXED_CHARS])
-    for m in _IBAN_SPACED.finditer(raw):
+    raw = _nfkc(text[:MAX_INDEXED_CHARS])
+    for m in _rx(_IBAN_SPACED).finditer(raw):
         _add_iban(m.group(0), out)
     n = norm_text(raw)
     if not n:
@@ -498,15 +507,15 @@ def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
         for j in range(i + 2, min(i + MAX_NGRAM, len(words)) + 1):
             gram = " ".join(words[i:j]).strip(_PUNCT)
             out.add(("t", gram))
-        if "." in word and _DOMAIN.fullmatch(host := norm_host(word)):
+        if "." in word and _rx(_DOMAIN).fullmatch(host := norm_host(word)):
             out.add(("h", host))
-        if _IBAN.fullmatch(upper := word.upper()):
+        if _rx(_IBAN).fullmatch(upper := word.upper()):
             _add_iban(upper, out)
-    for m in _EMAIL.finditer(n):
+    for m in _rx(_EMAIL).finditer(n):
         email = m.group(0).strip(_PUNCT)
         out.add(("t", email))
         out.add(("h", norm_host(email)))
-    for m in _URL.finditer(n):
+    for m in _rx(_URL).finditer(n):
         host = norm_host(m.group(0))
         if host:
             out.add(("h", host))

@@ -8,12 +8,12 @@ and never touches the filesystem, `no_secrets` scans with the shared shapes of
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 from zoneinfo import ZoneInfo
 
@@ -30,11 +30,10 @@ Verdict = bool | Violation
 # -- time_window -------------------------------------------------------------------------------
 
 _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
-_RANGE = re.compile(r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]|24):([0-5][0-9])")
+_RANGE = r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]|24):([0-5][0-9])"
 
 
-@dataclass(frozen=True, slots=True)
-class _TimeWindow:
+class _TimeWindow(NamedTuple):
     zone: ZoneInfo
     zone_name: str
     days: frozenset[int] | None
@@ -50,7 +49,7 @@ def _prepare_time_window(params: dict[str, Any]) -> _TimeWindow:
         raise ValueError("give weekdays, hours or both; without them every time complies")
     ranges: list[tuple[int, int]] = []
     for text in hours or ():
-        m = _RANGE.fullmatch(text)
+        m = re.fullmatch(_RANGE, text)
         if m is None:
             raise ValueError(
                 f"hours {text!r}: write HH:MM-HH:MM, e.g. '09:00-17:30' or '22:00-06:00'"
@@ -98,7 +97,8 @@ def _in_range(t: float, start: int, end: int) -> bool:
             "hours": {
                 "type": "array",
                 "minItems": 1,
-                "items": {"type": "string", "minLength": 11, "maxLength": 11},
+                "items": {"type": "string", "minLength": 1},
+                "description": "Local time ranges 'HH:MM-HH:MM', end exclusive, e.g. 09:00-17:30.",
             },
         },
     },
@@ -112,15 +112,20 @@ def _in_range(t: float, start: int, end: int) -> bool:
 )
 def time_window(view: Behavior, p: _TimeWindow, ctx: RuleContext) -> Verdict:
     local: datetime = view.timestamp.astimezone(p.zone)
-    when = f"{local:%a %Y-%m-%d %H:%M} {p.zone_name}"
     if p.days is not None and local.weekday() not in p.days:
         allowed = ", ".join(d for i, d in enumerate(_DAYS) if i in p.days)
-        return Violation(f"{when} is not on an allowed weekday ({allowed})")
+        return Violation(f"{_when(local, p)} is not on an allowed weekday ({allowed})")
     if p.ranges is not None:
         t = local.hour * 3600 + local.minute * 60 + local.second + local.microsecond / 1e6
         if not any(_in_range(t, s, e) for s, e in p.ranges):
-            return Violation(f"{when} is outside the allowed hours ({', '.join(p.texts)})")
+            return Violation(
+                f"{_when(local, p)} is outside the allowed hours ({', '.join(p.texts)})"
+            )
     return True
+
+
+def _when(local: datetime, p: _TimeWindow) -> str:
+    return f"{local:%a %Y-%m-%d %H:%M} {p.zone_name}"
 
 
 # -- path_within_root --------------------------------------------------------------------------
@@ -133,8 +138,7 @@ _DEFAULT_PATH_FIELDS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class _PathWithin:
+class _PathWithin(NamedTuple):
     fields: tuple[FieldPath, ...]
     roots: tuple[str, ...]
     home: str | None
@@ -144,6 +148,11 @@ def _clean(path: str) -> str:
     """Lexically normalised absolute path: one leading slash (POSIX lets '//' mean something
     else, which must not sneak past a prefix check), no '.', '..' or repeated separators."""
     return posixpath.normpath("/" + path.lstrip("/"))
+
+
+@functools.lru_cache(maxsize=64)
+def _clean_root(root: str) -> str:
+    return _clean(root)
 
 
 def _prepare_path_within(params: dict[str, Any]) -> _PathWithin:
@@ -189,7 +198,7 @@ def _path_problem(raw: str, p: _PathWithin, project_root: str | None) -> str | N
     if project_root is not None:
         if not project_root.startswith("/"):
             return f"cannot be checked: the project root {project_root!r} is not absolute"
-        roots.insert(0, _clean(project_root))
+        roots.insert(0, _clean_root(project_root))
     if not path.startswith("/"):
         if project_root is None:
             return "is relative and no project root is known to resolve it against"
@@ -256,8 +265,7 @@ def _strings(values: list[Any]) -> Iterator[str]:
 # -- no_secrets --------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _NoSecrets:
+class _NoSecrets(NamedTuple):
     fields: tuple[FieldPath, ...]
     shapes: tuple[str, ...] | None
 
@@ -320,13 +328,21 @@ def _located(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, str]
     _builtin=True,
 )
 def no_secrets(view: Behavior, p: _NoSecrets, ctx: RuleContext) -> Verdict:
+    located: list[tuple[str, str]] = []
     for path in p.fields:
         found = path.resolve(view)
         for i, value in enumerate(found):
             where = path.text if len(found) == 1 else f"{path.text} (item {i})"
-            for location, text in _located(value, where):
-                if contains_secret(text, p.shapes):
-                    findings = find_secrets(text, p.shapes)
-                    shape = findings[0].shape if findings else "a known secret"
-                    return Violation(f"{location} contains a secret shaped like {shape}")
+            located.extend(_located(value, where))
+    if not located:
+        return True
+    # One scan of all strings joined is far cheaper than one per string; only a hit pays for
+    # the per-string scan that names the shape and the field (and drops a "secret" that only
+    # appeared across the join).
+    if not contains_secret("\n".join(text for _, text in located), p.shapes):
+        return True
+    for location, text in located:
+        findings = find_secrets(text, p.shapes)
+        if findings:
+            return Violation(f"{location} contains a secret shaped like {findings[0].shape}")
     return True

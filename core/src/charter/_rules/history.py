@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from charter._behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._context import RuleContext
@@ -80,8 +79,7 @@ def _ordinal(n: int) -> str:
 # -- max_steps ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _MaxSteps:
+class _MaxSteps(NamedTuple):
     max: int
     select: Selector
 
@@ -128,8 +126,7 @@ _ATTEMPTS = frozenset({Outcome.OK, Outcome.FAILED, Outcome.ABANDONED})
 _OK_ONLY = frozenset({Outcome.OK})
 
 
-@dataclass(frozen=True, slots=True)
-class _RateLimit:
+class _RateLimit(NamedTuple):
     max: int
     window_us: int
     window_text: str
@@ -203,8 +200,7 @@ def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
 # -- budget ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Budget:
+class _Budget(NamedTuple):
     path: FieldPath
     limit: float
     select: Selector
@@ -387,8 +383,7 @@ _AFTER = _selector_schema(
 _AFTER["properties"] = {**SELECTOR_SCHEMA["properties"], "where": _WHERE}
 
 
-@dataclass(frozen=True, slots=True)
-class _ForbidAfter:
+class _ForbidAfter(NamedTuple):
     select: Selector
     where: Where
     within: int | None
@@ -450,15 +445,18 @@ def forbid_after(view: Behavior, p: _ForbidAfter, ctx: RuleContext) -> Verdict:
     if p.within is not None and since >= p.within:
         return True
     _, seq, name = index.last
-    window = f" within {p.within} steps of it ({since} happened since)" if p.within else ""
-    return Violation(f"{view.step_name!r} is forbidden after {name!r} (seq {seq}) ran{window}")
+    if p.within is None:
+        return Violation(f"{view.step_name!r} is forbidden after {name!r} (seq {seq}) ran")
+    return Violation(
+        f"{view.step_name!r} is forbidden for {p.within} step(s) after {name!r} (seq {seq}) "
+        f"ran; {since} happened since"
+    )
 
 
 # -- no_repeat ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _NoRepeat:
+class _NoRepeat(NamedTuple):
     max: int
     include_failed: bool
 
@@ -511,8 +509,7 @@ def no_repeat(view: Behavior, p: _NoRepeat, ctx: RuleContext) -> Verdict:
 _MODES = ["auto", "text", "email", "host", "iban"]
 
 
-@dataclass(frozen=True, slots=True)
-class _Provenance:
+class _Provenance(NamedTuple):
     fields: tuple[tuple[FieldPath, str], ...]
     comply_if_missing: bool
 

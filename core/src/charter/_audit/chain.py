@@ -1,0 +1,299 @@
+"""Canonical bytes and hashing of audit records, and how a record joins its chain.
+
+A record's `hash` is the lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the
+whole record except the `hash` key itself, so `seq` and `prev_hash` are covered and the
+records of one (agent_id, task_id) form a chain anyone can re-check with any JCS library.
+
+The `rfc8785` package is the reference. It is pure Python and costs 150-200 us per 1 KB
+record on a slow CPU, which alone would cap a store at about 5,000 records/s, so values for
+which the standard library's C JSON encoder provably emits the same bytes take that path:
+every object key free of UTF-16 surrogate-range characters (then code-point order equals RFC
+8785's UTF-16 order), integers within 2**53-1, and floats whose shortest repr has neither an
+exponent nor a trailing ".0" (exactly the digits rfc8785 itself derives from `str(float)`).
+String escaping is identical in both (the package copied the stdlib's escape table), and a
+property test compares the two. Anything else goes through `rfc8785`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+
+__all__ = [
+    "CHAIN_FIELDS",
+    "CLOSING_KINDS",
+    "ChainHead",
+    "PreparedEntry",
+    "SealedEntry",
+    "canonical_bytes",
+    "canonical_json",
+    "decode_json",
+    "entry_hash",
+    "is_closing",
+    "prepare_entry",
+    "seal",
+]
+
+CHAIN_FIELDS = ("seq", "prev_hash", "hash")
+CLOSING_KINDS = frozenset({"task.end", "task.error", "task.idle"})
+
+_MAX_SAFE_INT = 2**53 - 1
+
+
+def _make_encoder() -> Callable[[Any], str]:
+    """The stdlib encoder with RFC 8785's separators, sorted keys and no NaN.
+
+    The C encoder object is built once and reused (json.JSONEncoder.encode rebuilds it on
+    every call, which costs as much as encoding a small record). No circular-reference
+    markers are needed: values reach it only after `_safe_values` has walked them.
+    """
+    fallback = json.JSONEncoder(
+        ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return fallback
+    try:
+        encode = make(
+            None, None, json.encoder.encode_basestring, None, ":", ",", True, False, False
+        )
+
+        def fast(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+        if fast({"b": [1.5, "\n"], "a": None}) != '{"a":null,"b":[1.5,"\\n"]}':
+            return fallback
+    except Exception:
+        return fallback
+    return fast
+
+
+_encode = _make_encoder()
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """The committed end of one chain: its last seq (0 when empty) and that record's hash."""
+
+    seq: int = 0
+    hash: str | None = None
+
+
+def _safe_values(values: Iterable[Any]) -> bool:
+    """True when the stdlib encoder writes every value exactly as RFC 8785 does.
+
+    That needs plain JSON types only (exact types: subclasses take the rfc8785 path), keys
+    free of characters from U+D800 up (below that, code-point order is UTF-16 order),
+    integers within 2**53-1, and finite floats whose repr has no exponent and no trailing
+    ".0". One loop per container with leaves checked inline: this runs for every record
+    written or verified, and per-value calls would double its cost.
+    """
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            continue
+        if kind is dict:
+            try:
+                keys = "".join(value)
+            except TypeError:
+                return False
+            if not (keys.isascii() or max(keys) < "\ud800") or not _safe_values(value.values()):
+                return False
+        elif kind is float:
+            text = repr(value)
+            # "n" catches nan and inf.
+            if "e" in text or "n" in text or text.endswith(".0"):
+                return False
+        elif kind is int:
+            if not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+                return False
+        elif kind is list:
+            if not _safe_values(value):
+                return False
+        elif value is not None and kind is not bool:
+            return False
+    return True
+
+
+def _stdlib_json(value: Any) -> str:
+    """The stdlib encoding of a value `_safe_values` accepted: exactly RFC 8785's."""
+    return _encode_str(value) if type(value) is str else _encode(value)
+
+
+def canonical_json(value: Any) -> bytes:
+    """The RFC 8785 canonical JSON of an I-JSON value, as UTF-8 bytes.
+
+    Raises ValueError when `value` is not I-JSON (non-str keys, NaN/infinite floats, integers
+    beyond 2**53-1, lone surrogates, unsupported types, objects nested too deeply).
+    """
+    try:
+        if _safe_values((value,)):
+            return _stdlib_json(value).encode("utf-8")
+        return rfc8785.dumps(value)
+    except RecursionError:
+        raise ValueError("value is nested too deeply (or contains itself)") from None
+    except UnicodeEncodeError:
+        raise ValueError("value contains a string that is not valid Unicode text") from None
+    except rfc8785.CanonicalizationError as exc:
+        raise ValueError(f"value is not I-JSON: {exc}") from None
+
+
+def _number(text: str) -> int | float:
+    value = int(text)
+    # JSON numbers are IEEE doubles: JCS writes 2e20 as 200000000000000000000, which must
+    # come back as that double, not as an integer outside the I-JSON range.
+    return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else float(value)
+
+
+def decode_json(data: str | bytes) -> Any:
+    """Parse stored JSON so that re-canonicalising it gives back the stored bytes.
+
+    Integer literals beyond 2**53-1 are read as floats (what they denote in I-JSON). Raises
+    ValueError on invalid JSON.
+    """
+    return json.loads(data, parse_int=_number)
+
+
+def canonical_bytes(entry: Mapping[str, Any]) -> bytes:
+    """RFC 8785 canonical JSON of `entry` without its "hash" key: the bytes a hash covers.
+
+    Raises ValueError when the entry is not I-JSON.
+    """
+    return canonical_json({k: v for k, v in entry.items() if k != "hash"})
+
+
+def entry_hash(entry: Mapping[str, Any]) -> str:
+    """Lowercase hex SHA-256 of `canonical_bytes(entry)`. Raises ValueError when not I-JSON."""
+    return hashlib.sha256(canonical_bytes(entry)).hexdigest()
+
+
+def is_closing(entry: Mapping[str, Any]) -> bool:
+    """True when `entry` is its chain's end marker.
+
+    That is a record of kind task.end / task.error / task.idle, or any record whose
+    meta["charter.chain"]["final"] is true (the caller writes that on closing records).
+    """
+    if entry.get("kind") in CLOSING_KINDS:
+        return True
+    meta = entry.get("meta")
+    if isinstance(meta, Mapping):
+        marker = meta.get("charter.chain")
+        if isinstance(marker, Mapping) and marker.get("final") is True:
+            return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEntry:
+    """An entry checked and canonicalised up to its chain fields (which only the store knows).
+
+    The canonical object is split around the keys "hash", "prev_hash" and "seq" so that
+    sealing inside a store's write lock is a few byte joins and one SHA-256.
+    """
+
+    entry: dict[str, Any]
+    agent_id: str
+    task_id: str
+    closing: bool
+    groups: tuple[bytes, bytes, bytes, bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class SealedEntry:
+    """A chained record: the dict returned to the caller and its canonical line/body bytes."""
+
+    entry: dict[str, Any]
+    body: bytes
+    hash: str
+    seq: int
+
+
+def _group(key: str) -> int:
+    # Comparing with ASCII constants gives RFC 8785 (UTF-16) order for any key.
+    if key < "hash":
+        return 0
+    if key < "prev_hash":
+        return 1
+    return 2 if key < "seq" else 3
+
+
+def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
+    """The canonical members of `record` in four runs split where the chain keys go."""
+    try:
+        if _safe_values((record,)):
+            runs: tuple[list[str], list[str], list[str], list[str]] = ([], [], [], [])
+            for key in sorted(record):
+                runs[_group(key)].append(_encode_str(key) + ":" + _stdlib_json(record[key]))
+            low, mid, high, top = (",".join(run).encode("utf-8") for run in runs)
+            return low, mid, high, top
+    except RecursionError:
+        raise ValueError("value is nested too deeply (or contains itself)") from None
+    except UnicodeEncodeError:
+        raise ValueError("value contains a string that is not valid Unicode text") from None
+    parts: tuple[dict[str, Any], ...] = ({}, {}, {}, {})
+    for key, value in record.items():
+        parts[_group(key)][key] = value
+    # Canonical objects minus their braces, so the runs join into one object.
+    low, mid, high, top = (canonical_json(part)[1:-1] for part in parts)
+    return low, mid, high, top
+
+
+def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
+    """Check an unchained entry and canonicalise everything but seq/prev_hash/hash.
+
+    Raises ValueError (one sentence) when the entry is not a mapping, already carries a chain
+    field, lacks a str agent_id / non-empty str task_id / str kind / str timestamp, or is not
+    I-JSON.
+    """
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"an audit entry must be a mapping, not {type(entry).__name__}")
+    for name in CHAIN_FIELDS:
+        if name in entry:
+            raise ValueError(
+                f"entry already carries {name!r}; the store assigns seq, prev_hash and hash "
+                "(was an already chained record appended again?)"
+            )
+    agent_id = entry.get("agent_id")
+    task_id = entry.get("task_id")
+    if not isinstance(agent_id, str):
+        raise ValueError("entry needs a str 'agent_id' (it may be empty)")
+    if not isinstance(task_id, str) or not task_id:
+        raise ValueError("entry needs a non-empty str 'task_id'")
+    for name in ("kind", "timestamp"):
+        if not isinstance(entry.get(name), str):
+            raise ValueError(f"entry needs a str {name!r}")
+    record = dict(entry)
+    for key in record:
+        if not isinstance(key, str):
+            raise ValueError(f"entry key {key!r} is not a str")
+    return PreparedEntry(record, agent_id, task_id, is_closing(record), _groups(record))
+
+
+def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
+    """Chain a prepared entry onto `head`: seq = head.seq + 1, prev_hash = head.hash."""
+    seq = head.seq + 1
+    low, mid, high, top = prepared.groups
+    prev = b"null" if head.hash is None else b'"' + head.hash.encode("ascii") + b'"'
+    tail = [b'"prev_hash":' + prev, b'"seq":' + str(seq).encode("ascii")]
+    if high:
+        tail.insert(1, high)
+    if top:
+        tail.append(top)
+    if mid:
+        tail.insert(0, mid)
+    head_part = [low] if low else []
+    hashless = b"{" + b",".join(head_part + tail) + b"}"
+    digest = hashlib.sha256(hashless).hexdigest()
+    head_part.append(b'"hash":"' + digest.encode("ascii") + b'"')
+    body = b"{" + b",".join(head_part + tail) + b"}"
+    record = dict(prepared.entry)
+    record["seq"] = seq
+    record["prev_hash"] = head.hash
+    record["hash"] = digest
+    return SealedEntry(record, body, digest, seq)

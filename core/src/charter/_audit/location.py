@@ -1,0 +1,94 @@
+"""Turning an audit location string into a store.
+
+Accepted forms: `sqlite:///relative/path.db` and `sqlite:////absolute/path.db` (the text
+after the third slash is the path, as in SQLAlchemy), `sqlite:///:memory:`,
+`jsonl:///relative/path.jsonl` and `jsonl:////absolute/path.jsonl` (same rule), a plain path
+ending in .jsonl, .db, .sqlite or .sqlite3, and `stdout`. `none` is not a store: callers
+that support switching auditing off must handle it before calling here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from charter._audit.base import AuditStore, StoreError
+from charter._audit.jsonl import JsonlStore
+from charter._audit.sqlite import SQLiteStore
+from charter._audit.stdout import StdoutStore
+
+__all__ = ["ACCEPTED_FORMS", "open_existing_store", "open_store", "parse_location"]
+
+ACCEPTED_FORMS = (
+    "sqlite:///path/audit.db, jsonl:///path/audit.jsonl or stdout "
+    "(a plain path ending in .db or .jsonl also works)"
+)
+StoreKind = Literal["sqlite", "jsonl", "stdout"]
+_SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
+
+
+def _refuse(location: str, why: str) -> StoreError:
+    return StoreError(f"audit location {location!r} {why}; use {ACCEPTED_FORMS}")
+
+
+def parse_location(location: str | os.PathLike[str]) -> tuple[StoreKind, str]:
+    """(kind, path) for a location string; path is "" for stdout.
+
+    Raises StoreError, listing the accepted forms, for anything else (including "none").
+    """
+    text = os.fspath(location)
+    if not isinstance(text, str):
+        raise StoreError(f"audit location must be text, not {type(text).__name__}")
+    if text == "stdout":
+        return "stdout", ""
+    if text == "none":
+        raise _refuse(text, "turns auditing off and is not a store")
+    for scheme in ("sqlite", "jsonl"):
+        prefix = f"{scheme}:///"
+        if text.startswith(prefix):
+            path = text[len(prefix) :]
+            if not path or path.endswith("/"):
+                raise _refuse(text, "names no file")
+            return ("sqlite" if scheme == "sqlite" else "jsonl"), path
+        if text.startswith(f"{scheme}:"):
+            raise _refuse(text, f"needs three slashes after '{scheme}:'")
+    if "://" in text:
+        raise _refuse(text, "has an unknown scheme")
+    lowered = text.lower()
+    if lowered.endswith(".jsonl"):
+        return "jsonl", text
+    if lowered.endswith(_SQLITE_SUFFIXES):
+        return "sqlite", text
+    raise _refuse(text, "is not a known store")
+
+
+def open_store(location: str | os.PathLike[str]) -> AuditStore:
+    """Open (creating file and parent directories if needed) the store at `location`.
+
+    Raises StoreError for an unknown form, a directory, a path that cannot be created, or
+    a file that is not a Charter store.
+    """
+    kind, path = parse_location(location)
+    if kind == "stdout":
+        return StdoutStore()
+    if kind == "jsonl":
+        return JsonlStore(path)
+    return SQLiteStore(path)
+
+
+def open_existing_store(location: str | os.PathLike[str]) -> AuditStore:
+    """Open the store at `location` for reading without ever creating it.
+
+    Raises StoreError as open_store does, when the file is missing, and for stdout (which
+    cannot be read back).
+    """
+    kind, path = parse_location(location)
+    if kind == "stdout":
+        raise StoreError(
+            "the stdout audit store cannot be read back; verify a sqlite:/// or jsonl:/// store"
+        )
+    if kind == "jsonl":
+        return JsonlStore(path, create=False)
+    if path == ":memory:":
+        raise StoreError("an in-memory SQLite store cannot be reopened; pass the store itself")
+    return SQLiteStore(path, create=False)

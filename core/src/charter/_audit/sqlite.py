@@ -1,0 +1,465 @@
+"""The SQLite audit store: one file, WAL mode, safe for many processes at once.
+
+Every append is one `BEGIN IMMEDIATE` transaction: it takes SQLite's single write lock,
+reads the chain heads from `chains`, inserts the records into `steps`, advances the heads
+and commits, so seq assignment can never race another writer and a head only moves when
+its records are durable (synchronous=FULL: a commit survives power loss).
+
+Schema (PRAGMA application_id 0x43485452 "CHTR", PRAGMA user_version 1):
+
+    steps(agent_id, task_id, seq, hash, prev_hash, kind, timestamp, body)
+        UNIQUE(agent_id, task_id, seq); body is the record's canonical JSON including hash;
+        the implicit rowid gives physical (insertion) order.
+    chains(agent_id, task_id, head_seq, head_hash, closed)
+        UNIQUE(agent_id, task_id); rowid gives order of first appearance.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from charter._audit.base import (
+    ChainBreak,
+    StoreError,
+    TaskSummary,
+    VerifyReport,
+    check_process,
+    check_store_path,
+    closed_error,
+    prepare_batch,
+)
+from charter._audit.chain import ChainHead, PreparedEntry, decode_json, seal
+from charter._audit.verify import (
+    RecordedHead,
+    StoredRow,
+    build_report,
+    check_chain,
+    row_from_entry,
+)
+
+__all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
+
+APPLICATION_ID = 0x43485452
+SCHEMA_VERSION = 1
+_BUSY_TIMEOUT_MS = 30_000
+
+_SCHEMA = (
+    """CREATE TABLE steps (
+        agent_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        hash TEXT NOT NULL,
+        prev_hash TEXT,
+        kind TEXT NOT NULL,
+        timestamp TEXT NOT NULL,
+        body TEXT NOT NULL,
+        UNIQUE (agent_id, task_id, seq)
+    )""",
+    """CREATE TABLE chains (
+        agent_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        head_seq INTEGER NOT NULL,
+        head_hash TEXT,
+        closed INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (agent_id, task_id)
+    )""",
+    "CREATE INDEX chains_by_task ON chains (task_id)",
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+
+_INSERT_STEP = (
+    "INSERT INTO steps (agent_id, task_id, seq, hash, prev_hash, kind, timestamp, body) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_UPSERT_HEAD = (
+    "INSERT INTO chains (agent_id, task_id, head_seq, head_hash, closed) VALUES (?, ?, ?, ?, ?) "
+    "ON CONFLICT (agent_id, task_id) DO UPDATE SET head_seq = excluded.head_seq, "
+    "head_hash = excluded.head_hash, closed = excluded.closed"
+)
+_COLUMNS = ("agent_id", "task_id", "seq", "hash", "prev_hash", "kind", "timestamp")
+
+
+class SQLiteStore:
+    """An audit store in one SQLite file (see the module docstring for the schema).
+
+    `create=False` refuses a missing file instead of creating it (used by verify). One
+    object may be shared by threads; an internal lock serialises its calls.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+        raw = os.fspath(path)
+        self._memory = raw == ":memory:"
+        self._path = raw if self._memory else os.path.abspath(raw)
+        self.location = f"sqlite:///{self._path}"
+        self._lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        if not self._memory:
+            check_store_path(self._path, create)
+        mode = "rwc" if create else "rw"
+        target = "file::memory:" if self._memory else "file:" + urllib.parse.quote(self._path)
+        try:
+            conn = sqlite3.connect(
+                f"{target}?mode={mode}",
+                uri=True,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=_BUSY_TIMEOUT_MS / 1000,
+            )
+        except sqlite3.Error as exc:
+            raise StoreError(f"cannot open audit store {self._path}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            self._initialise(conn, create)
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(
+                f"{self._path} is not a Charter audit store (SQLite says: {exc})"
+            ) from None
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def _initialise(self, conn: sqlite3.Connection, create: bool) -> None:
+        if not self._is_charter(conn):
+            # The schema is created under the write lock so that two processes opening a new
+            # file at once agree on who creates it.
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                if not self._is_charter(conn):
+                    if not create:
+                        raise StoreError(
+                            f"{self._path} is an empty SQLite file, not a Charter store"
+                        )
+                    for statement in _SCHEMA:
+                        conn.execute(statement)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            raise StoreError(
+                f"audit store {self._path} has schema version {version}; this Charter reads "
+                f"version {SCHEMA_VERSION}"
+            )
+        if not self._memory:
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = FULL")
+
+    def _is_charter(self, conn: sqlite3.Connection) -> bool:
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        if application_id == APPLICATION_ID:
+            return True
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+        if application_id != 0 or tables:
+            raise StoreError(
+                f"{self._path} is an SQLite database but not a Charter audit store; "
+                "choose another file"
+            )
+        return False
+
+    @contextmanager
+    def _connection(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._conn is None:
+                raise StoreError(f"audit store {self.location} is closed")
+            check_process(self._pid, self.location)
+            try:
+                yield self._conn
+            except sqlite3.Error as exc:
+                raise StoreError(f"audit store {self.location} failed: {exc}") from None
+
+    def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Chain and commit `entries` in one transaction; see AuditStore.append.
+
+        Canonicalisation happens before the write lock is taken; inside it only the chain
+        fields are joined in and hashed.
+        """
+        prepared = prepare_batch(entries)
+        if not prepared:
+            return []
+        with self._connection() as conn:
+            _begin_write(conn)
+            try:
+                rows, heads, chained = self._seal_batch(conn, prepared)
+                conn.executemany(_INSERT_STEP, rows)
+                conn.executemany(_UPSERT_HEAD, heads)
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.IntegrityError):
+                    raise StoreError(
+                        f"audit store {self.location} refused the batch ({exc}): its chains "
+                        "table disagrees with the stored records (run verify); nothing was written"
+                    ) from None
+                raise
+        return chained
+
+    def _seal_batch(
+        self, conn: sqlite3.Connection, prepared: list[PreparedEntry]
+    ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[dict[str, Any]]]:
+        heads: dict[tuple[str, str], tuple[ChainHead, bool]] = {}
+        for item in prepared:
+            key = (item.agent_id, item.task_id)
+            if key not in heads:
+                found = conn.execute(
+                    "SELECT head_seq, head_hash, closed FROM chains "
+                    "WHERE agent_id = ? AND task_id = ?",
+                    key,
+                ).fetchone()
+                head = ChainHead(found[0], found[1]) if found else ChainHead()
+                heads[key] = (head, bool(found[2]) if found else False)
+        rows: list[tuple[Any, ...]] = []
+        chained: list[dict[str, Any]] = []
+        for item in prepared:
+            key = (item.agent_id, item.task_id)
+            head, closed = heads[key]
+            if closed:
+                raise closed_error(item.task_id, item.agent_id, self.location)
+            sealed = seal(item, head)
+            heads[key] = (ChainHead(sealed.seq, sealed.hash), item.closing)
+            record = sealed.entry
+            rows.append(
+                (
+                    item.agent_id,
+                    item.task_id,
+                    sealed.seq,
+                    sealed.hash,
+                    head.hash,
+                    record["kind"],
+                    record["timestamp"],
+                    sealed.body.decode("utf-8"),
+                )
+            )
+            chained.append(record)
+        head_rows = [(a, t, h.seq, h.hash, int(c)) for (a, t), (h, c) in heads.items()]
+        return rows, head_rows, chained
+
+    def head(self, agent_id: str, task_id: str) -> ChainHead:
+        """The committed head of (agent_id, task_id); ChainHead() when the chain is unknown."""
+        with self._connection() as conn:
+            found = conn.execute(
+                "SELECT head_seq, head_hash FROM chains WHERE agent_id = ? AND task_id = ?",
+                (agent_id, task_id),
+            ).fetchone()
+        return ChainHead(found[0], found[1]) if found else ChainHead()
+
+    def list_tasks(self, agent_id: str | None = None) -> list[TaskSummary]:
+        """One summary per chain in order of first appearance; `steps` is the head seq."""
+        where = "" if agent_id is None else " WHERE c.agent_id = ?"
+        params: tuple[str, ...] = () if agent_id is None else (agent_id,)
+        same_chain = "s.agent_id = c.agent_id AND s.task_id = c.task_id"
+        sql = (
+            "SELECT c.agent_id, c.task_id, c.head_seq, c.closed, "
+            f"(SELECT timestamp FROM steps s WHERE {same_chain} AND s.seq = 1), "
+            f"(SELECT timestamp FROM steps s WHERE {same_chain} AND s.seq = c.head_seq), "
+            f"(SELECT kind FROM steps s WHERE {same_chain} AND s.seq = c.head_seq) "
+            f"FROM chains c{where} ORDER BY c.rowid"
+        )
+        with self._connection() as conn:
+            found = conn.execute(sql, params).fetchall()
+        return [
+            TaskSummary(a, t, steps, first or "", last or "", bool(closed), kind or "")
+            for a, t, steps, closed, first, last, kind in found
+        ]
+
+    def read_task(self, task_id: str, agent_id: str | None = None) -> list[dict[str, Any]]:
+        """The records of one task in seq order; see AuditStore.read_task for the refusals."""
+        with self._connection() as conn:
+            if agent_id is None:
+                agents = [
+                    a
+                    for (a,) in conn.execute(
+                        "SELECT agent_id FROM chains WHERE task_id = ? ORDER BY rowid", (task_id,)
+                    )
+                ]
+                if len(agents) > 1:
+                    names = ", ".join(repr(a) for a in agents)
+                    raise StoreError(
+                        f"task {task_id!r} exists under several agents ({names}) in "
+                        f"{self.location}; pass agent_id to choose one"
+                    )
+                agent_id = agents[0] if agents else ""
+            bodies = conn.execute(
+                "SELECT seq, body FROM steps WHERE agent_id = ? AND task_id = ? ORDER BY seq",
+                (agent_id, task_id),
+            ).fetchall()
+        if not bodies:
+            raise StoreError(f"task {task_id!r} is not in {self.location}")
+        records: list[dict[str, Any]] = []
+        for seq, body in bodies:
+            try:
+                record = decode_json(body)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                raise StoreError(
+                    f"record seq {seq} of task {task_id!r} in {self.location} is malformed; "
+                    "run verify"
+                )
+            records.append(record)
+        return records
+
+    def verify(self, task_id: str | None = None) -> VerifyReport:
+        """Verify every chain (or those of `task_id`) inside one read snapshot.
+
+        Raises StoreError when `task_id` is given and neither its records nor its head exist.
+        """
+        where = "" if task_id is None else " WHERE task_id = ?"
+        params: tuple[str, ...] = () if task_id is None else (task_id,)
+        breaks: list[tuple[tuple[int, int], ChainBreak]] = []
+        steps = 0
+        with self._connection() as conn:
+            conn.execute("BEGIN")
+            try:
+                recorded: dict[tuple[str, str], tuple[int, RecordedHead]] = {
+                    (a, t): (rowid, RecordedHead(seq, h, bool(closed), exact=True))
+                    for rowid, a, t, seq, h, closed in conn.execute(
+                        "SELECT rowid, agent_id, task_id, head_seq, head_hash, closed "
+                        f"FROM chains{where}",
+                        params,
+                    )
+                }
+                cursor = conn.execute(
+                    f"SELECT rowid, {', '.join(_COLUMNS)}, body FROM steps{where} "
+                    "ORDER BY agent_id, task_id, seq",
+                    params,
+                )
+                seen: set[tuple[str, str]] = set()
+                for key, rows in _chains_of(cursor):
+                    seen.add(key)
+                    steps += len(rows)
+                    found = self._check(key, rows, recorded.get(key))
+                    if found is not None:
+                        breaks.append(found)
+            finally:
+                conn.execute("COMMIT")
+        for key, (order, head) in recorded.items():
+            if key not in seen:
+                problem = check_chain(key[0], key[1], [], head)
+                if problem is not None:
+                    breaks.append(((0, order), problem))
+        chains = len(seen | recorded.keys())
+        if task_id is not None and not chains:
+            raise StoreError(f"task {task_id!r} is not in {self.location}")
+        breaks.sort(key=lambda item: item[0])
+        return build_report(chains, steps, [b for _, b in breaks])
+
+    @staticmethod
+    def _check(
+        key: tuple[str, str],
+        rows: list[StoredRow],
+        recorded: tuple[int, RecordedHead] | None,
+    ) -> tuple[tuple[int, int], ChainBreak] | None:
+        if recorded is None:
+            first = min(rows, key=lambda r: r.seq)
+            return (1, first.position), ChainBreak(
+                key[0],
+                key[1],
+                first.seq,
+                "inserted",
+                "the chain has records but no head in the chains table",
+            )
+        found = check_chain(key[0], key[1], rows, recorded[1])
+        return None if found is None else ((0, recorded[0]), found)
+
+    def health(self) -> dict[str, Any]:
+        """{"ok", "location", "detail"}: whether the file answers a query; never raises."""
+        try:
+            with self._connection() as conn:
+                chains = conn.execute("SELECT count(*) FROM chains").fetchone()[0]
+                mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        except StoreError as exc:
+            return {"ok": False, "location": self.location, "detail": str(exc)}
+        detail = f"SQLite {sqlite3.sqlite_version}, journal {mode}, {chains} chains"
+        return {"ok": True, "location": self.location, "detail": detail}
+
+    def close(self) -> None:
+        """Close the connection; later calls raise StoreError. Idempotent."""
+        with self._lock:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+    def __enter__(self) -> SQLiteStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _begin_write(conn: sqlite3.Connection) -> None:
+    """BEGIN IMMEDIATE, waiting up to the busy timeout for other writers.
+
+    SQLite's own busy handler backs off to 100 ms sleeps, so a writer queued behind a few
+    millisecond-long commits of other processes would idle far longer than needed; polling
+    with short jittered sleeps keeps many concurrent writers moving.
+    """
+    conn.execute("PRAGMA busy_timeout = 0")
+    try:
+        deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+        delay = 0.0005
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                if not busy or time.monotonic() > deadline:
+                    raise
+            time.sleep(delay * random.uniform(0.5, 1.5))
+            delay = min(delay * 2, 0.008)
+    finally:
+        conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+
+
+def _stored_row(values: tuple[Any, ...]) -> StoredRow:
+    rowid, *columns, body = values
+    try:
+        entry = decode_json(body)
+    except (TypeError, ValueError):
+        entry = None
+    if not isinstance(entry, dict):
+        seq = columns[2] if type(columns[2]) is int else 0
+        return StoredRow(rowid, seq, None, None, False, False, ("malformed", "body is not JSON"))
+    row = row_from_entry(rowid, entry)
+    if row.problem is not None:
+        return row
+    differ = [
+        name for name, value in zip(_COLUMNS, columns, strict=True) if entry.get(name) != value
+    ]
+    if differ:
+        detail = f"its {', '.join(differ)} column disagrees with the stored body"
+        return StoredRow(
+            row.position, row.seq, row.hash, row.prev_hash, False, False, ("edited", detail)
+        )
+    return row
+
+
+def _chains_of(
+    cursor: sqlite3.Cursor,
+) -> Iterator[tuple[tuple[str, str], list[StoredRow]]]:
+    # Rows arrive grouped by chain, so only one chain is held in memory at a time.
+    key: tuple[str, str] | None = None
+    rows: list[StoredRow] = []
+    for values in cursor:
+        current = (values[1], values[2])
+        if current != key:
+            if key is not None:
+                yield key, rows
+            key, rows = current, []
+        rows.append(_stored_row(values))
+    if key is not None:
+        yield key, rows

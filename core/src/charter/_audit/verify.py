@@ -1,0 +1,229 @@
+"""Chain verification shared by every readable store, and `verify()` for a location.
+
+Stores load their records into `StoredRow`s (one per stored record, in physical order:
+SQLite rowid or JSONL line number) and call `check_chain` once per chain. The rules, applied
+walking the chain in seq order and reporting only the first break:
+
+- malformed: the record cannot be read as a chained record (bad JSON, a missing or ill-typed
+  seq/hash/prev_hash, content that is not I-JSON).
+- inserted: two records carry the same seq; or a record follows the chain's end marker; or
+  the last record's prev_hash does not link and its seq is beyond the recorded head; or (when
+  the store's recorded head is exact, as in SQLite) records go beyond the recorded head.
+- edited: a record's recomputed hash differs from its stored hash; or a link breaks and the
+  next record still commits to the breaking record (so the record before it was changed and
+  re-hashed: reported at that earlier seq); or a record links to neither neighbour (it was
+  replaced); or the record at the recorded head does not carry the recorded head hash; or
+  the seq jumps although the link is intact (renumbered); or a store's index columns
+  disagree with the stored body.
+- deleted: the seq jumps and the next record's prev_hash does not match the previous hash;
+  reported at the first missing seq.
+- truncated: the recorded head (SQLite `chains` table, JSONL head file) is beyond the last
+  stored record; reported at the first missing seq.
+- reordered: every link is intact in seq order, but the physical order is not seq order;
+  reported at the lowest seq stored after a higher one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from charter._audit.base import AuditStore, BreakReason, ChainBreak, StoreError, VerifyReport
+from charter._audit.chain import entry_hash, is_closing
+
+__all__ = ["RecordedHead", "StoredRow", "build_report", "check_chain", "row_from_entry", "verify"]
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedHead:
+    """A chain head the store recorded apart from the records themselves.
+
+    `exact` is True when the head is committed together with the records (SQLite), so records
+    beyond it are foreign; False when it may lag behind them (the JSONL head file is written
+    after the records, so a crash in between leaves it one batch behind).
+    """
+
+    seq: int
+    hash: str | None
+    closed: bool
+    exact: bool
+
+
+@dataclass(frozen=True, slots=True)
+class StoredRow:
+    """What verification needs to know about one stored record."""
+
+    position: int
+    seq: int
+    hash: str | None
+    prev_hash: str | None
+    intact: bool
+    closing: bool
+    problem: tuple[BreakReason, str] | None = None
+
+
+def row_from_entry(position: int, entry: Mapping[str, Any]) -> StoredRow:
+    """Check one decoded record's chain fields and recompute its hash.
+
+    A record whose seq/hash/prev_hash are missing or ill-typed, or that is not I-JSON, comes
+    back with a "malformed" problem (seq 0 when its seq is unusable).
+    """
+    seq = entry.get("seq")
+    stored = entry.get("hash")
+    prev = entry.get("prev_hash")
+    if type(seq) is not int or seq < 1:
+        return StoredRow(position, 0, None, None, False, False, ("malformed", "seq is missing"))
+    if not isinstance(stored, str) or not (prev is None or isinstance(prev, str)):
+        detail = "hash or prev_hash is missing or not a string"
+        return StoredRow(position, seq, None, None, False, False, ("malformed", detail))
+    try:
+        intact = entry_hash(entry) == stored
+    except ValueError as exc:
+        return StoredRow(position, seq, stored, prev, False, False, ("malformed", str(exc)))
+    return StoredRow(position, seq, stored, prev, intact, is_closing(entry))
+
+
+def _span(first: int, last: int) -> str:
+    return f"seq {first}" if first == last else f"seqs {first}-{last}"
+
+
+def check_chain(
+    agent_id: str,
+    task_id: str,
+    rows: list[StoredRow],
+    recorded: RecordedHead | None = None,
+) -> ChainBreak | None:
+    """The first break of one chain, or None when every record is where it belongs."""
+
+    def broken(seq: int, reason: BreakReason, detail: str) -> ChainBreak:
+        return ChainBreak(agent_id, task_id, seq, reason, detail)
+
+    ordered = sorted(rows, key=lambda r: (r.seq, r.position))
+    copies = Counter(r.seq for r in ordered)
+    expected_seq = 1
+    expected_prev: str | None = None
+    closed_at: int | None = None
+    for index, row in enumerate(ordered):
+        seq = row.seq
+        if row.problem is not None:
+            return broken(seq, *row.problem)
+        if copies[seq] > 1:
+            return broken(seq, "inserted", f"{copies[seq]} records carry seq {seq}")
+        if not row.intact:
+            return broken(seq, "edited", "stored hash does not match its content")
+        if closed_at is not None:
+            return broken(seq, "inserted", f"record follows the end marker at seq {closed_at}")
+        if seq > expected_seq:
+            if expected_seq == 1:
+                if row.prev_hash is None:
+                    return broken(seq, "edited", f"the first record carries seq {seq}, not 1")
+                return broken(
+                    1, "deleted", f"{_span(1, seq - 1)} missing: the chain starts at seq {seq}"
+                )
+            if row.prev_hash == expected_prev:
+                return broken(
+                    seq,
+                    "edited",
+                    f"seq jumps from {expected_seq - 1} to {seq} although the link is intact "
+                    "(renumbered)",
+                )
+            return broken(
+                expected_seq,
+                "deleted",
+                f"{_span(expected_seq, seq - 1)} missing: seq {seq} does not link to "
+                f"seq {expected_seq - 1}",
+            )
+        if row.prev_hash != expected_prev:
+            following = ordered[index + 1] if index + 1 < len(ordered) else None
+            if following is not None and following.seq == seq + 1:
+                if following.prev_hash == row.hash:
+                    if seq == 1:
+                        return broken(1, "edited", "seq 1 does not start with a null prev_hash")
+                    return broken(
+                        seq - 1,
+                        "edited",
+                        f"its hash is not the one seq {seq} committed to (changed and re-hashed)",
+                    )
+                return broken(seq, "edited", "record links to neither neighbour (replaced)")
+            if following is None and (recorded is None or recorded.seq < seq):
+                return broken(
+                    seq, "inserted", f"prev_hash does not link to seq {seq - 1} (forged record)"
+                )
+            return broken(seq, "edited", f"prev_hash does not link to seq {seq - 1} (replaced)")
+        if row.closing:
+            closed_at = seq
+        expected_seq = seq + 1
+        expected_prev = row.hash
+
+    last_seq = expected_seq - 1
+    if recorded is not None:
+        if recorded.seq > last_seq:
+            stop = f"stop at seq {last_seq}" if last_seq else "are missing"
+            return broken(
+                last_seq + 1,
+                "truncated",
+                f"the recorded head is seq {recorded.seq} but the records {stop}",
+            )
+        if recorded.seq == last_seq and recorded.hash != expected_prev:
+            return broken(last_seq, "edited", "hash differs from the recorded head (re-hashed)")
+        if recorded.seq < last_seq:
+            if recorded.exact:
+                return broken(
+                    recorded.seq + 1,
+                    "inserted",
+                    f"records go beyond the recorded head at seq {recorded.seq}",
+                )
+            at_head = {r.seq: r.hash for r in ordered}.get(recorded.seq, recorded.hash)
+            if at_head != recorded.hash:
+                return broken(
+                    recorded.seq, "edited", "hash differs from the recorded head (re-hashed)"
+                )
+
+    physical = [r.seq for r in sorted(rows, key=lambda r: r.position)]
+    for index, (stored_seq, wanted_seq) in enumerate(zip(physical, sorted(physical), strict=True)):
+        if stored_seq != wanted_seq:
+            where = physical.index(wanted_seq)
+            return broken(
+                wanted_seq,
+                "reordered",
+                f"stored after seq {max(physical[index:where])} although every link is intact",
+            )
+    return None
+
+
+def build_report(
+    chains_checked: int,
+    steps_checked: int,
+    breaks: Iterable[ChainBreak],
+    warnings: Iterable[str] = (),
+) -> VerifyReport:
+    """Assemble a VerifyReport; ok exactly when there are no breaks."""
+    found = list(breaks)
+    return VerifyReport(not found, chains_checked, steps_checked, found, list(warnings))
+
+
+def verify(
+    location: str | os.PathLike[str] | AuditStore, task_id: str | None = None
+) -> VerifyReport:
+    """Verify the store at `location` (a URL, a .db/.jsonl path, or an open store).
+
+    A location is opened without creating anything and closed afterwards. Raises StoreError
+    when the file does not exist, is not a Charter store, cannot be read back (stdout), or
+    when `task_id` is given but not stored.
+    """
+    if isinstance(location, str | os.PathLike):
+        from charter._audit.location import open_existing_store
+
+        store = open_existing_store(os.fspath(location))
+        try:
+            return store.verify(task_id)
+        finally:
+            store.close()
+    if not isinstance(location, AuditStore):
+        raise StoreError(
+            f"cannot verify a {type(location).__name__}; pass a store location or an AuditStore"
+        )
+    return location.verify(task_id)

@@ -1,0 +1,70 @@
+"""Test helpers for code that uses Charter (requires pytest).
+
+Charter swallows its own errors on the recording path (a failing store or exporter must not
+stop an agent) and only logs and counts them. In a test suite that would hide bugs, so this
+module turns a swallowed error into a test failure. Enable it for a whole suite with one
+line in ``conftest.py``::
+
+    pytest_plugins = ["charter.testing"]
+
+or import the fixture there (``from charter.testing import charter_internal_errors``), which
+applies it to that directory. A test that expects Charter to swallow an error says so with
+``@pytest.mark.allow_internal_errors`` (the plugin registers the marker).
+"""
+
+from __future__ import annotations
+
+import typing
+
+import pytest
+
+from charter import _internal, _runner
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from charter._internal import InternalError
+
+__all__ = ["charter_internal_errors", "pytest_configure", "swallowed_errors"]
+
+_MARKER = "allow_internal_errors"
+_FLUSH_SECONDS = 5.0
+
+
+def swallowed_errors(since: int = 0) -> list[InternalError]:
+    """The internal errors Charter swallowed in this process after serial `since`.
+
+    Each has `serial`, `where`, `type`, `message` and `traceback`; pass the `serial` of an
+    earlier one to see only what came after it.
+    """
+    return _internal.recent_internal_errors(since)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the opt-out marker (harmless when a project registers it too)."""
+    config.addinivalue_line(
+        "markers", f"{_MARKER}: the test expects Charter to swallow an internal error"
+    )
+
+
+@pytest.fixture(autouse=True)
+def charter_internal_errors(request: pytest.FixtureRequest) -> Iterator[list[InternalError]]:
+    """Fail the test if Charter swallowed an internal error during it.
+
+    Yields the list of errors seen so far in the test (filled at teardown). Records still
+    queued by open runners are flushed first, so an error in the background writer counts
+    against the test that caused it. Tests marked ``allow_internal_errors`` may swallow.
+    """
+    start = _internal.internal_error_count()
+    seen: list[InternalError] = []
+    yield seen
+    _runner.flush_live_runners(_FLUSH_SECONDS)
+    seen.extend(_internal.recent_internal_errors(start))
+    if seen and request.node.get_closest_marker(_MARKER) is None:
+        lines = "\n".join(f"  - in {e.where}: {e.type}: {e.message}" for e in seen[:10])
+        more = f"\n  (and {len(seen) - 10} more)" if len(seen) > 10 else ""
+        pytest.fail(
+            f"Charter swallowed {len(seen)} internal error(s) during this test:\n{lines}{more}\n"
+            f"Mark the test @pytest.mark.{_MARKER} if that is expected.",
+            pytrace=False,
+        )

@@ -1,0 +1,164 @@
+"""Canonical bytes, hashing and sealing: the fast path must equal rfc8785 byte for byte."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from typing import Any
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from charter._audit import ChainHead, canonical_bytes, canonical_json, entry_hash, is_closing
+from charter._audit.chain import decode_json, prepare_entry, seal
+
+_MAX = 2**53 - 1
+
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-_MAX, max_value=_MAX)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text()
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(st.text(max_size=8), children, max_size=5),
+    max_leaves=25,
+)
+
+EDGE_FLOATS = [
+    0.0,
+    -0.0,
+    1.0,
+    -3.0,
+    0.1,
+    0.30000000000000004,
+    1e-6,
+    1e-7,
+    1.5e-7,
+    123456789.0,
+    1e15,
+    1e16,
+    1.5e16,
+    1e20,
+    1e21,
+    2e20,
+    1.7976931348623157e308,
+    5e-324,
+    -2.5e-300,
+    float(2**53),
+    9007199254740993.0,
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_canonical_json_equals_rfc8785(value: Any) -> None:
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("number", EDGE_FLOATS)
+def test_edge_floats_equal_rfc8785_and_round_trip(number: float) -> None:
+    for value in (number, [number], {"k": number}):
+        text = canonical_json(value)
+        assert text == rfc8785.dumps(value)
+        # The stored text re-canonicalises to itself (2e20 is written without a fraction).
+        assert canonical_json(decode_json(text)) == text
+
+
+def test_every_code_point_escapes_like_rfc8785() -> None:
+    text = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c <= 0xDFFF)
+    assert canonical_json({"s": text}) == rfc8785.dumps({"s": text})
+
+
+def test_keys_sort_in_utf16_order() -> None:
+    # U+FB01 sorts after U+1F600 in UTF-16 (surrogates D83D...) but before it by code point.
+    value = {"\ufb01": 1, "\U0001f600": 2, "a": 3, "é": 4}
+    assert canonical_json(value) == rfc8785.dumps(value)
+    assert canonical_json(value).index("\U0001f600".encode()) < canonical_json(value).index(
+        "\ufb01".encode()
+    )
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"n": math.nan},
+        {"n": math.inf},
+        {"n": 2**53},
+        {"n": -(2**53)},
+        {1: "int key"},
+        {"s": "\ud800"},
+        {"x": {1, 2}},
+        {"x": b"bytes"},
+    ],
+)
+def test_non_ijson_is_refused(bad: dict[Any, Any]) -> None:
+    with pytest.raises(ValueError):
+        canonical_json(bad)
+
+
+def test_self_containing_value_is_refused() -> None:
+    loop: list[Any] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        canonical_json({"loop": loop})
+
+
+def test_entry_hash_covers_everything_but_hash() -> None:
+    entry = {"seq": 1, "prev_hash": None, "kind": "task.start", "hash": "ignored"}
+    expected = rfc8785.dumps({"seq": 1, "prev_hash": None, "kind": "task.start"})
+    assert canonical_bytes(entry) == expected
+    assert entry_hash(entry) == hashlib.sha256(expected).hexdigest()
+    assert entry_hash(entry) == entry_hash({**entry, "hash": "other"})
+    assert entry_hash(entry) != entry_hash({**entry, "seq": 2})
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    extra=st.dictionaries(st.text(max_size=10), json_values, max_size=6),
+    head_seq=st.integers(min_value=0, max_value=10**6),
+    head_hash=st.none() | st.text("0123456789abcdef", min_size=64, max_size=64),
+)
+def test_seal_matches_canonical_form(
+    extra: dict[str, Any], head_seq: int, head_hash: str | None
+) -> None:
+    entry = {k: v for k, v in extra.items() if k not in ("seq", "prev_hash", "hash")}
+    entry.update(agent_id="a", task_id="t", kind="step.exec", timestamp="2026-11-30T05:49:05Z")
+    sealed = seal(prepare_entry(entry), ChainHead(head_seq, head_hash))
+    record = sealed.entry
+    assert record["seq"] == head_seq + 1
+    assert record["prev_hash"] == head_hash
+    assert record["hash"] == sealed.hash == entry_hash(record)
+    assert sealed.body == rfc8785.dumps(record)
+    assert decode_json(sealed.body) == record
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "seq": 1}, "'seq'"),
+        ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "hash": ""}, "'hash'"),
+        ({"agent_id": 3, "task_id": "t", "kind": "k", "timestamp": "x"}, "agent_id"),
+        ({"agent_id": "a", "task_id": "", "kind": "k", "timestamp": "x"}, "task_id"),
+        ({"agent_id": "a", "task_id": "t", "timestamp": "x"}, "'kind'"),
+        ({"agent_id": "a", "task_id": "t", "kind": "k"}, "'timestamp'"),
+        ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "n": math.nan}, "I-JSON"),
+    ],
+)
+def test_prepare_refuses_bad_entries(entry: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        prepare_entry(entry)
+
+
+def test_closing_records() -> None:
+    assert is_closing({"kind": "task.end"})
+    assert is_closing({"kind": "task.error"})
+    assert is_closing({"kind": "task.idle"})
+    assert is_closing({"kind": "step.exec", "meta": {"charter.chain": {"final": True}}})
+    assert not is_closing({"kind": "step.exec", "meta": {"charter.chain": {"final": False}}})
+    assert not is_closing({"kind": "task.start", "meta": None})

@@ -1,0 +1,289 @@
+"""Durability and faults: SIGKILL mid-run, many processes, broken stores and exporters."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import charter
+from charter import AuditError, BlockedError, Governor, Runner, StoreError, VerifyReport
+from charter._audit import ChainHead, SQLiteStore
+
+_SYNC_CHILD = textwrap.dedent(
+    """
+    import sys
+    import charter
+    gov = charter.Governor(policies=[], audit_location=sys.argv[1], audit_durability="sync")
+    with gov.task("crash"):
+        for i in range(100_000):
+            h = gov.begin_step("step.exec", name="bash", input={"command": f"echo {i}"})
+            print(h.complete({"i": i}).seq, flush=True)
+    """
+)
+
+
+def test_sigkill_in_sync_mode_loses_no_returned_step(tmp_path: Path, db: str) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", _SYNC_CHILD, db],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert child.stdout is not None
+    returned: list[int] = []
+    deadline = time.monotonic() + 60
+    while len(returned) < 40 and time.monotonic() < deadline:
+        line = child.stdout.readline()
+        if not line:
+            break
+        returned.append(int(line))
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=30)
+    assert len(returned) >= 40, child.stderr.read() if child.stderr else ""
+    assert returned == list(range(2, 2 + len(returned)))
+    store = charter.open_store(db)
+    try:
+        stored = {r["seq"] for r in store.read_task("crash", "default")}
+        assert set(returned) <= stored
+        report = store.verify()
+        assert report.ok, str(report)
+    finally:
+        store.close()
+
+
+_WORKER = textwrap.dedent(
+    """
+    import sys
+    import charter
+    db, agent = sys.argv[1], sys.argv[2]
+    gov = charter.Governor(policies=[], audit_location=db, agent_id=agent)
+    shared = gov.start_task("shared")
+    own = gov.start_task("own-" + agent)
+    for i in range(60):
+        for tid in (shared, own):
+            gov.begin_step("step.exec", name="bash", input={"i": i}, task_id=tid).complete()
+    gov.end_task(shared)
+    gov.end_task(own)
+    gov.close()
+    """
+)
+
+
+def test_eight_processes_govern_into_one_sqlite_store(tmp_path: Path, db: str) -> None:
+    agents = [f"agent-{i}" for i in range(8)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, db, agent],
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for agent in agents
+    ]
+    for child in children:
+        assert child.wait(timeout=120) == 0, child.stderr.read() if child.stderr else ""
+    store = charter.open_store(db)
+    try:
+        summaries = store.list_tasks()
+        assert len(summaries) == 16
+        for s in summaries:
+            seqs = [r["seq"] for r in store.read_task(s.task_id, s.agent_id)]
+            assert seqs == list(range(1, 63)), (s.agent_id, s.task_id)
+            assert s.closed
+        report = store.verify()
+        assert report.ok and report.chains_checked == 16, str(report)
+    finally:
+        store.close()
+
+
+class FlakyStore:
+    """An AuditStore whose append fails while `failing` is set (and can be slowed down)."""
+
+    location = "memory://flaky"
+
+    def __init__(self, failing: bool = True, delay: float = 0.0) -> None:
+        self.failing = failing
+        self.delay = delay
+        self.inner = SQLiteStore(":memory:")
+        self.calls = 0
+
+    def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        if self.failing:
+            raise StoreError("flaky store is down")
+        return self.inner.append(entries)
+
+    def head(self, agent_id: str, task_id: str) -> ChainHead:
+        return self.inner.head(agent_id, task_id)
+
+    def list_tasks(self, agent_id: str | None = None) -> list[Any]:
+        return self.inner.list_tasks(agent_id)
+
+    def read_task(self, task_id: str, agent_id: str | None = None) -> list[dict[str, Any]]:
+        return self.inner.read_task(task_id, agent_id)
+
+    def verify(self, task_id: str | None = None) -> VerifyReport:
+        return self.inner.verify(task_id)
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": not self.failing, "location": self.location, "detail": "fake"}
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _steps(gov: Governor, n: int = 3) -> list[int]:
+    ran = []
+    with gov.task("t1"):
+        for i in range(n):
+            with gov.step("step.exec", name="bash", input={"command": f"echo {i}"}):
+                ran.append(i)
+        with pytest.raises(BlockedError):
+            gov.begin_step("step.exec", name="bash", input={"command": "rm -rf /"})
+    return ran
+
+
+@pytest.mark.allow_internal_errors
+def test_unwritable_store_buffered_steps_still_run(
+    tmp_path: Path, make_runner: Callable[..., Runner]
+) -> None:
+    (tmp_path / "afile").write_text("a regular file, not a directory")
+    runner = make_runner(audit_location=f"sqlite:///{tmp_path / 'afile' / 'audit.db'}")
+    assert _steps(Governor(runner)) == [0, 1, 2]
+    runner.flush(10)
+    status = runner.status()
+    assert status["store"]["ok"] is False
+    assert "cannot be opened" in status["store"]["detail"]
+    assert status["queue"]["failed"] == 6 and status["queue"]["dropped"] == 6
+    assert status["queue"]["delivered"] == 0
+
+
+@pytest.mark.allow_internal_errors
+def test_unwritable_store_sync_raises_and_writes_nothing(
+    tmp_path: Path, make_runner: Callable[..., Runner]
+) -> None:
+    (tmp_path / "afile").write_text("x")
+    runner = make_runner(
+        audit_location=f"sqlite:///{tmp_path / 'afile' / 'audit.db'}", audit_durability="sync"
+    )
+    gov = Governor(runner)
+    with pytest.raises(AuditError, match="nothing was written"):
+        gov.start_task("t1")
+    assert runner.engine.task_state("t1") == "unknown"
+
+
+@pytest.mark.allow_internal_errors
+def test_failing_store_buffered_counts_failed_and_dropped(
+    make_runner: Callable[..., Runner],
+) -> None:
+    store = FlakyStore()
+    runner = make_runner(store=store)
+    assert _steps(Governor(runner)) == [0, 1, 2]
+    assert runner.flush(10)
+    queue = runner.status()["queue"]
+    assert (queue["queued"], queue["failed"], queue["dropped"], queue["delivered"]) == (6, 6, 6, 0)
+    assert store.calls >= 3
+
+
+@pytest.mark.allow_internal_errors
+def test_failing_store_sync_raises_for_that_step_and_history_does_not_move(
+    make_runner: Callable[..., Runner],
+) -> None:
+    store = FlakyStore(failing=False)
+    runner = make_runner(store=store, audit_durability="sync")
+    gov = Governor(runner)
+    tid = gov.start_task("t1")
+    h = gov.begin_step("step.exec", name="bash", input={"command": "ls"}, task_id=tid)
+    store.failing = True
+    with pytest.raises(AuditError, match="history is unchanged"):
+        h.complete({"ok": 1})
+    assert [b.kind.value for b in runner.engine.get_history(tid)] == ["task.start"]
+    assert runner.engine.open_intent(tid, h.action_id) is not None
+    with pytest.raises(AuditError):
+        gov.begin_step("step.exec", name="bash", input={"command": "rm -rf /"}, task_id=tid)
+    with pytest.raises(AuditError):
+        gov.end_task(tid)
+    assert runner.engine.task_state(tid) == "open"
+    store.failing = False
+    assert h.complete({"ok": 1}).seq == 2
+    gov.end_task(tid)
+    stored = store.read_task(tid, "default")
+    assert [(r["seq"], r["kind"]) for r in stored] == [
+        (1, "task.start"),
+        (2, "step.exec"),
+        (3, "task.end"),
+    ]
+    assert store.verify().ok
+
+
+@pytest.mark.allow_internal_errors
+def test_a_raising_exporter_never_reaches_the_agent(
+    make_runner: Callable[..., Runner], read_chain: Callable[..., Any]
+) -> None:
+    seen: list[int] = []
+
+    class Broken:
+        def export(self, records: Sequence[Mapping[str, Any]]) -> None:
+            seen.append(len(records))
+            raise ConnectionError("collector unreachable")
+
+    runner = make_runner(exporters=[Broken()])
+    assert _steps(Governor(runner)) == [0, 1, 2]
+    runner.flush(10)
+    queue = runner.status()["queue"]
+    assert queue["export_failed"] == 6 == sum(seen)
+    assert queue["delivered"] == 6 and queue["dropped"] == 0
+    assert len(read_chain("t1")) == 6
+
+
+def test_exporters_receive_chained_records(make_runner: Callable[..., Runner]) -> None:
+    got: list[dict[str, Any]] = []
+    lock = threading.Lock()
+
+    def collect(records: Sequence[Mapping[str, Any]]) -> None:
+        with lock:
+            got.extend(dict(r) for r in records)
+
+    runner = make_runner(exporters=[collect], audit_durability="sync")
+    _steps(Governor(runner), n=1)
+    assert [r["seq"] for r in got] == [1, 2, 3, 4]
+    assert all(len(r["hash"]) == 64 for r in got)
+
+
+def test_stdout_and_none_locations(
+    make_runner: Callable[..., Runner], capfd: pytest.CaptureFixture[str]
+) -> None:
+    quiet = make_runner(audit_location="none")
+    _steps(Governor(quiet), n=1)
+    assert quiet.status()["store"] == {"ok": True, "location": "none", "detail": "auditing is off"}
+    loud = make_runner(audit_location="stdout", audit_durability="sync")
+    _steps(Governor(loud), n=1)
+    lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
+    assert len(lines) == 4 and '"kind":"task.end"' in lines[-1]
+
+
+def test_pid_guard_is_respected(db: str) -> None:
+    # A store opened by this process must not be used by a forked child; the runner opens
+    # its store per process, so a child building its own Governor works.
+    code = (
+        "import charter,sys; g=charter.Governor(policies=[], audit_location=sys.argv[1]);"
+        "t=g.start_task(); g.end_task(t); print(g.status()['queue']['delivered'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, db], capture_output=True, text=True, timeout=60,
+        env={**os.environ},
+    )
+    assert out.stdout.strip() == "2", out.stderr

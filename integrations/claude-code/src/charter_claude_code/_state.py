@@ -1,0 +1,207 @@
+"""Per-session state that the audit store does not hold, and the lock that serialises hooks.
+
+Every hook call is a new process. The audit store (SQLite, under ``<project>/.charter/``)
+holds the session's recorded history; this module holds the rest: which audit task the
+session writes to, the intents a PreToolUse allowed whose outcome has not arrived yet, the
+steps waiting for a human in Claude Code's permission dialog, and outcomes that could not be
+recorded yet. The store is the authority: anything here that the store already settled is
+dropped when the next call loads it.
+
+Why a lock per session: Claude Code runs the hooks of parallel tool calls in parallel. The
+store keeps the chain itself contiguous (it numbers records inside BEGIN IMMEDIATE), but a
+history rule judged in one process must also see the steps its siblings allowed a moment
+ago, and the state file is read-modify-write. One exclusive `flock` per session around
+restore, judge, record and save makes each hook call see exactly what an in-process agent
+would. The lock dies with its process, so a killed hook never leaves it held.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["LockTimeout", "SessionLock", "SessionState", "StateError", "session_key"]
+
+_FORMAT = 1
+
+
+class StateError(Exception):
+    """The session's state file exists but cannot be used."""
+
+
+class LockTimeout(Exception):
+    """Another hook of the same session held the lock for longer than this call could wait."""
+
+
+def session_key(session_id: str) -> str:
+    """A file-name-safe key for `session_id` (kept readable when it already is)."""
+    if 1 <= len(session_id) <= 100 and all(c.isalnum() or c in "-_." for c in session_id):
+        if not session_id.startswith("."):
+            return session_id
+    return "s-" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+class SessionLock:
+    """An exclusive advisory lock on one file; `acquire` waits up to a deadline."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self, timeout: float) -> None:
+        """Take the lock or raise LockTimeout after `timeout` seconds."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + timeout
+        pause = 0.002
+        try:
+            while not _try_lock(fd):
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(
+                        f"another Charter hook of this session held {self.path} for more than "
+                        f"{timeout:g} s"
+                    )
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (closing the file releases it too). Idempotent."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            try:
+                _unlock(fd)
+            finally:
+                os.close(fd)
+
+
+try:
+    import fcntl
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+
+except ImportError:  # Windows
+    import msvcrt
+
+    def _try_lock(fd: int) -> bool:
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        except OSError:
+            return False
+        return True
+
+    def _unlock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+@dataclass
+class SessionState:
+    """What one session needs between hook processes besides its recorded history.
+
+    `intents`: tool_use_id -> the intent a PreToolUse allowed (wire form, with its verdict).
+    `asks`: tool_use_id -> {"step": wire form, "verdict": the ask verdict} awaiting the human.
+    `pending`: tool_use_id -> an outcome whose recording failed, retried by the next call.
+    """
+
+    path: Path
+    session_id: str
+    task_id: str | None = None
+    generation: int = 0
+    intents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    asks: dict[str, dict[str, Any]] = field(default_factory=dict)
+    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _loaded: str = ""
+
+    @classmethod
+    def load(cls, path: Path, session_id: str) -> SessionState:
+        """The state at `path`, or a fresh one when there is no file.
+
+        Raises StateError for a file that cannot be read or is not this format.
+        """
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return cls(path, session_id)
+        except (OSError, UnicodeDecodeError) as exc:
+            raise StateError(f"the session state {path} cannot be read ({exc})") from None
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict) or data.get("format") != _FORMAT:
+                raise ValueError("not a Charter session state")
+            state = cls(
+                path,
+                session_id,
+                task_id=_optional_text(data.get("task_id")),
+                generation=int(data.get("generation", 0)),
+                intents=_table(data.get("intents")),
+                asks=_table(data.get("asks")),
+                pending=_table(data.get("pending")),
+            )
+        except (ValueError, TypeError) as exc:
+            raise StateError(
+                f"the session state {path} is damaged ({exc}); delete it to continue (steps "
+                "still running in this session will then be recorded without their intent)"
+            ) from None
+        state._loaded = text
+        return state
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "format": _FORMAT,
+                "session_id": self.session_id,
+                "task_id": self.task_id,
+                "generation": self.generation,
+                "intents": self.intents,
+                "asks": self.asks,
+                "pending": self.pending,
+            },
+            ensure_ascii=False,
+            sort_keys=True,
+        )
+
+    def save(self) -> None:
+        """Write the state atomically (temporary file, then rename); skipped when unchanged."""
+        text = self.to_json()
+        if text == self._loaded:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._loaded = text
+
+
+def _optional_text(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError("task_id must be text")
+    return value
+
+
+def _table(value: object) -> dict[str, dict[str, Any]]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, dict) for k, v in value.items()
+    ):
+        raise TypeError("expected an object of objects")
+    return value

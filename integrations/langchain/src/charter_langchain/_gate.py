@@ -1,0 +1,213 @@
+"""The one place this package talks to the Governor: gate, record, open and close tasks.
+
+Two rules live here. Deciding fails closed: anything but an allow from the Governor,
+including an exception inside Charter, becomes a `BlockedStepError` and the step does not
+run. Recording is contained: an outcome or task end that cannot be recorded is logged and
+counted, never raised into the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import charter
+
+from ._contain import contain
+from ._errors import BlockedStepError
+from ._translate import StepSpec, Templates
+
+
+class RunNotFinishedError(RuntimeError):
+    """Recorded as the task.error of an agent run that never reached its end."""
+
+
+def _line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _cannot_judge(spec: StepSpec, exc: BaseException) -> BlockedStepError:
+    reason = (
+        f"blocked: Charter could not judge {spec.kind} {spec.name!r} "
+        f"({type(exc).__name__}: {_line(str(exc))[:300]}); governance fails closed"
+    )
+    return BlockedStepError(reason, None, step_name=spec.name, kind=spec.kind)
+
+
+class Gate:
+    """A Governor plus the templates, seen through this package's two rules.
+
+    Build from an existing `governor`, or from the Governor's setting keywords (and an
+    optional `approver`); refuses (ValueError) both at once. Refuses what
+    `charter.Governor` refuses (unknown settings, no policy source) and a bad template file.
+    """
+
+    def __init__(
+        self,
+        governor: charter.Governor | None,
+        settings: Mapping[str, Any],
+        approver: Any = None,
+    ) -> None:
+        if governor is not None:
+            if settings or approver is not None:
+                names = ", ".join([*settings, *(["approver"] if approver is not None else [])])
+                raise ValueError(
+                    f"pass either governor= or setting keywords, not both (got {names}); "
+                    "the governor has its settings and approver already"
+                )
+            self.governor = governor
+        else:
+            self.governor = charter.Governor(approver=approver, **settings)
+        self.templates = Templates(self.governor.runner.settings.template_location)
+
+    # -- deciding: fails closed -------------------------------------------------------------
+
+    def begin(self, spec: StepSpec, task_id: str) -> charter.StepHandle:
+        """Gate `spec` in task `task_id`; returns the handle of an allowed step.
+
+        Raises BlockedStepError for a block, a denied approval, and any error inside
+        Charter (then nothing may have been recorded).
+        """
+        try:
+            return self.governor.begin_step(task_id=task_id, **spec.gate_args())
+        except charter.BlockedError as exc:
+            raise BlockedStepError(
+                exc.reason, exc.result, step_name=spec.name, kind=spec.kind
+            ) from None
+        except Exception as exc:
+            raise _cannot_judge(spec, exc) from exc
+
+    async def abegin(self, spec: StepSpec, task_id: str) -> charter.StepHandle:
+        """`begin` for async code (async approvers are awaited)."""
+        try:
+            return await self.governor.abegin_step(task_id=task_id, **spec.gate_args())
+        except charter.BlockedError as exc:
+            raise BlockedStepError(
+                exc.reason, exc.result, step_name=spec.name, kind=spec.kind
+            ) from None
+        except Exception as exc:
+            raise _cannot_judge(spec, exc) from exc
+
+    def preview(self, spec: StepSpec, task_id: str) -> charter.EvalResult:
+        """The decision on `spec` without recording anything; raises BlockedStepError when
+        Charter cannot evaluate."""
+        try:
+            return self.governor.evaluate(task_id=task_id, **spec.gate_args())
+        except Exception as exc:
+            raise _cannot_judge(spec, exc) from exc
+
+    def record_answer(
+        self, spec: StepSpec, task_id: str, approved: bool, by: str, why: str
+    ) -> None:
+        """Record a human's answer on `spec` as a step.gate bound to its input's digest; the
+        next `begin` of the same step takes it. Raises BlockedStepError when it cannot be
+        recorded (an approval that is not on record must not let the step run)."""
+        try:
+            intent = self.governor.build_step(task_id=task_id, **spec.gate_args())
+            self.governor.record_approval(task_id, intent, approved, by, why)
+        except Exception as exc:
+            raise _cannot_judge(spec, exc) from exc
+
+    def start_task(self, task_id: str | None, name: str, input: Any = None) -> str:
+        """Record task.start; returns the task id. Raises BlockedStepError when the task may
+        not start (a policy on task.start, or Charter failing)."""
+        spec = StepSpec("task.start", None, name, {})
+        try:
+            return self.governor.start_task(task_id, name=name, input=input)
+        except charter.BlockedError as exc:
+            raise BlockedStepError(
+                exc.reason, exc.result, step_name=name, kind="task.start"
+            ) from None
+        except Exception as exc:
+            raise _cannot_judge(spec, exc) from exc
+
+    def task_state(self, task_id: str) -> str:
+        """open, closing, ended or unknown."""
+        return self.governor.runner.engine.task_state(task_id)
+
+    # -- recording: contained -----------------------------------------------------------------
+
+    def complete(
+        self,
+        handle: charter.StepHandle,
+        output: Any,
+        model: Mapping[str, Any] | None = None,
+    ) -> None:
+        """Record success; `model` adds outcome-only ``properties.model`` keys (token usage,
+        stop reason) where the budget rules read them. Never raises."""
+        try:
+            if model:
+                self.governor.runner.record(_with_model(handle, output, model))
+            else:
+                handle.complete(output)
+        except Exception as exc:
+            contain(exc, f"the outcome of {handle.behavior.step_name!r}")
+
+    async def acomplete(
+        self,
+        handle: charter.StepHandle,
+        output: Any,
+        model: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`complete` for async code."""
+        if self._sync_durability():
+            await asyncio.to_thread(self.complete, handle, output, model)
+        else:
+            self.complete(handle, output, model)
+
+    def fail(self, handle: charter.StepHandle, exc: BaseException) -> None:
+        """Record failure (the error's type and message). Never raises."""
+        try:
+            handle.fail(exc)
+        except Exception as recording:
+            contain(recording, f"the failure of {handle.behavior.step_name!r}")
+
+    async def afail(self, handle: charter.StepHandle, exc: BaseException) -> None:
+        """`fail` for async code."""
+        await self._maybe_thread(self.fail, handle, exc)
+
+    def abandon(self, handle: charter.StepHandle) -> None:
+        """Record that the step did not run to an end. Never raises."""
+        try:
+            handle.abandon()
+        except Exception as exc:
+            contain(exc, f"the abandonment of {handle.behavior.step_name!r}")
+
+    def end_task(
+        self, task_id: str, error: BaseException | None = None, output: Any = None
+    ) -> None:
+        """Record task.end (or task.error given `error`). Never raises."""
+        try:
+            self.governor.end_task(task_id, error=error, output=output)
+        except Exception as exc:
+            contain(exc, f"the end of task {task_id!r}")
+
+    async def aend_task(
+        self, task_id: str, error: BaseException | None = None, output: Any = None
+    ) -> None:
+        """`end_task` for async code (waits for the store off the event loop)."""
+        await asyncio.to_thread(self.end_task, task_id, error, output)
+
+    def _sync_durability(self) -> bool:
+        return self.governor.runner.settings.audit_durability == "sync"
+
+    async def _maybe_thread(self, fn: Callable[..., None], *args: Any) -> None:
+        if self._sync_durability():
+            await asyncio.to_thread(fn, *args)
+        else:
+            fn(*args)
+
+
+def _with_model(
+    handle: charter.StepHandle, output: Any, model: Mapping[str, Any]
+) -> charter.Behavior:
+    # StepHandle.complete cannot add outcome-only properties, so the outcome is built here;
+    # the action_id pairs it with its intent exactly as complete() would.
+    data = charter.capture(output)
+    payload = data if isinstance(data, dict) else {"value": data}
+    props = dict(handle.behavior.properties)
+    merged = dict(props.get("model") or {})
+    merged.update(charter.capture(dict(model)))
+    props["model"] = merged
+    return handle.behavior.completed(payload).replace(properties=props)

@@ -1,0 +1,123 @@
+"""Which behavior a node is: the user's per-node table, else the node's metadata, else exec.
+
+A mapping entry is a kind (``"step.model"``), a (kind, verb) pair, or a mapping with ``kind``,
+``verb`` and ``properties``. Entries are checked when the graph is governed, so a typo in a
+kind, a verb the kind does not take, or a table entry for a node that does not exist is
+refused before anything runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import charter
+
+# Node metadata key holding the node's mapping: add_node(..., metadata={"charter": ...}).
+METADATA_KEY = "charter"
+
+_GATEABLE = tuple(k for k in charter.ActionKind if k not in charter.TASK_BOUNDARY_KINDS)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRule:
+    """How one node is gated: its behavior kind, verb and extra properties."""
+
+    kind: charter.ActionKind
+    verb: charter.Verb | None
+    properties: Mapping[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_RULE = NodeRule(charter.ActionKind.STEP_EXEC, None)
+
+
+def parse_rule(value: Any, where: str) -> NodeRule:
+    """A NodeRule from one table or metadata entry; ValueError naming `where` and the fix."""
+    if isinstance(value, NodeRule):
+        return value
+    properties: Any = {}
+    if isinstance(value, str):
+        kind_text, verb_text = value, None
+    elif isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"kind", "verb", "properties"})
+        if unknown:
+            raise ValueError(
+                f"{where}: unknown key {unknown[0]!r}; use kind, verb and properties"
+            )
+        if "kind" not in value:
+            raise ValueError(f"{where}: missing kind; write e.g. {{'kind': 'step.resource'}}")
+        kind_text, verb_text = value["kind"], value.get("verb")
+        properties = value.get("properties") or {}
+    elif isinstance(value, tuple | list) and len(value) == 2:
+        kind_text, verb_text = value
+    else:
+        raise ValueError(
+            f"{where}: {value!r} is not a node mapping; write a kind ('step.model'), a "
+            "(kind, verb) pair or {'kind': ..., 'verb': ..., 'properties': {...}}"
+        )
+    try:
+        kind = charter.ActionKind(kind_text)
+    except ValueError:
+        close = difflib.get_close_matches(str(kind_text), [k.value for k in _GATEABLE], n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        raise ValueError(
+            f"{where}: {kind_text!r} is not a step kind{hint}; use one of "
+            + ", ".join(k.value for k in _GATEABLE)
+        ) from None
+    if kind in charter.TASK_BOUNDARY_KINDS:
+        raise ValueError(
+            f"{where}: {kind.value} is a task boundary, not a step; charter-langgraph records "
+            "task boundaries itself"
+        )
+    allowed = charter.verbs_for(kind)
+    verb: charter.Verb | None = None
+    if verb_text is not None:
+        text = str(verb_text).upper()
+        if text not in {v.value for v in allowed}:
+            takes = "/".join(v.value for v in allowed) if allowed else "no verb (use None)"
+            raise ValueError(f"{where}: {kind.value} does not take verb {verb_text!r}; it takes {takes}")
+        verb = charter.Verb(text)
+    elif allowed:
+        raise ValueError(
+            f"{where}: {kind.value} needs a verb; use one of "
+            + ", ".join(v.value for v in allowed)
+        )
+    if not isinstance(properties, Mapping):
+        raise ValueError(f"{where}: properties must be a mapping")
+    return NodeRule(kind, verb, dict(properties))
+
+
+def parse_table(table: Mapping[str, Any] | None) -> dict[str, NodeRule]:
+    """The user's `nodes=` table, every entry checked."""
+    if table is None:
+        return {}
+    if not isinstance(table, Mapping):
+        raise ValueError("nodes= must be a mapping of node name to kind, (kind, verb) or dict")
+    return {str(name): parse_rule(value, f"nodes[{name!r}]") for name, value in table.items()}
+
+
+def check_table_names(table: Mapping[str, NodeRule], names: Iterable[str]) -> None:
+    """Refuse table entries for nodes the graph does not have (a typo would go ungated)."""
+    known = list(names)
+    for name in table:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(
+                f"nodes[{name!r}]: the graph has no node {name!r}{hint} (its nodes: "
+                + ", ".join(repr(n) for n in known)
+                + ")"
+            )
+
+
+def rule_for(
+    name: str, table: Mapping[str, NodeRule], metadata: Mapping[str, Any] | None
+) -> NodeRule:
+    """The table's entry, else the node metadata's ``charter`` entry, else step.exec."""
+    if name in table:
+        return table[name]
+    if metadata and METADATA_KEY in metadata:
+        return parse_rule(metadata[METADATA_KEY], f"node {name!r} metadata[{METADATA_KEY!r}]")
+    return DEFAULT_RULE
