@@ -1,17 +1,20 @@
 """Redaction of wire records: nothing reaches a store or an exporter before passing here.
 
-Two independent steps, in this order:
+Two steps, in this order:
 
-1. The payload mode shapes `input` and `output`: ``full`` keeps them, ``metadata_only`` keeps
+1. Secret shapes (``charter._secrets``) are masked in every string: values and object keys of
+   input, output, properties and meta (including the verdict in ``meta["charter.eval"]``),
+   and the step name. A verdict detail that quotes a value cut short (so the secret lost its
+   shape) is caught too: the beginnings of the secrets found in the record are masked in meta.
+   Identifiers (agent_id, task_id, action_id) follow a narrow grammar that keys the hash
+   chain and are kept as they are.
+2. The payload mode shapes `input` and `output`: ``full`` keeps them, ``metadata_only`` keeps
    each top-level key with its JSON type and size (``{"command": {"type": "string", "size":
    12}}``), ``sha256`` keeps each top-level key with the SHA-256 of its value's canonical JSON
-   (``charter.canonical_digest``), so a holder of the original payload can prove it. The
-   output of a ``step.gate`` record is Charter's own approval verdict, not agent data, and is
-   always kept.
-2. Secret shapes (``charter._secrets``) are masked in every string that is left: values and
-   object keys of input, output, properties and meta (including the verdict in
-   ``meta["charter.eval"]``), and the step name. Identifiers (agent_id, task_id, action_id)
-   follow a narrow grammar that keys the hash chain and are kept as they are.
+   (``charter.canonical_digest``), so a holder of the original payload can prove it. Masking
+   comes first so that a digest never encodes a (possibly guessable) secret; a value without
+   secrets digests exactly as the original. The output of a ``step.gate`` record is Charter's
+   own approval verdict, not agent data, and is always kept.
 
 Redaction never raises: a field that cannot be redacted is replaced by a marker naming the
 error, and the failure is counted and reported as an internal error.
@@ -24,7 +27,7 @@ from typing import Any
 
 from charter._ijson import canonical_digest
 from charter._internal import report_internal_error
-from charter._secrets import contains_secret, mask_secrets
+from charter._secrets import contains_secret, find_secrets, mask_secrets
 
 __all__ = ["PAYLOAD_MODES", "Redactor"]
 
@@ -33,6 +36,8 @@ _MASKED_FIELDS = ("input", "output", "properties", "meta")
 # Cannot occur inside a secret shape's token, and is not a word character, so joining strings
 # with it neither hides a secret nor glues two halves into one that survives per-string masking.
 _JOIN = "\n\x00\n"
+# Shorter cut-off beginnings of a secret are too common as ordinary text to mask.
+_MIN_FRAGMENT = 8
 
 
 def _json_type(value: Any) -> str:
@@ -70,12 +75,19 @@ def _collect(value: Any, out: list[str]) -> None:
 
 
 class _Masker:
-    __slots__ = ("count",)
+    """Masks secrets and remembers the secret texts it removed (for fragment scrubbing)."""
+
+    __slots__ = ("count", "found")
 
     def __init__(self) -> None:
         self.count = 0
+        self.found: set[str] = set()
 
     def text(self, s: str) -> str:
+        findings = find_secrets(s)
+        if not findings:
+            return s
+        self.found.update(s[f.start : f.end] for f in findings)
         masked, n = mask_secrets(s)
         self.count += n
         return masked
@@ -96,9 +108,29 @@ class _Masker:
             return [self.value(v) for v in value]
         return value
 
+    def scrub(self, value: Any) -> Any:
+        """Mask cut-off beginnings of the secrets found, which no shape recognises any more.
+
+        Verdict details quote the step's values cut to a length (``value 'ghp_abc…'``); a
+        token cut short no longer has its shape, so it is matched against what was found.
+        """
+        t = type(value)
+        if t is str:
+            for secret in self.found:
+                for k in range(len(secret), _MIN_FRAGMENT - 1, -1):
+                    if secret[:k] in value:
+                        value = value.replace(secret[:k], "[REDACTED:fragment]")
+                        break
+            return value
+        if t is dict:
+            return {k: self.scrub(v) for k, v in value.items()}
+        if t is list:
+            return [self.scrub(v) for v in value]
+        return value
+
 
 class Redactor:
-    """Applies a payload mode and secret masking to wire records; thread-safe, never raises.
+    """Applies secret masking and a payload mode to wire records; thread-safe, never raises.
 
     `masked` counts secrets replaced so far and `errors` the fields replaced by a failure
     marker. Refuses (ValueError) an unknown payload mode at construction.
@@ -122,14 +154,6 @@ class Redactor:
         modified.
         """
         out = dict(record)
-        gate = record.get("kind") == "step.gate"
-        if self.payload_mode != "full":
-            for name in ("input", "output"):
-                if gate and name == "output":
-                    continue
-                value = out.get(name)
-                if isinstance(value, dict):
-                    out[name] = self._shaped(name, value)
         texts: list[str] = []
         step_name = out.get("step_name")
         if isinstance(step_name, str):
@@ -141,9 +165,19 @@ class Redactor:
         except Exception as exc:
             self._failed(exc)
             found = True  # cannot tell: mask field by field, which reports its own failures
-        if not found:
-            return out
+        if found:
+            self._mask(out)
+        if self.payload_mode != "full":
+            gate = out.get("kind") == "step.gate"
+            for name in ("input", "output"):
+                value = out.get(name)
+                if isinstance(value, dict) and not (gate and name == "output"):
+                    out[name] = self._shaped(value)
+        return out
+
+    def _mask(self, out: dict[str, Any]) -> None:
         masker = _Masker()
+        step_name = out.get("step_name")
         if isinstance(step_name, str):
             try:
                 out["step_name"] = masker.text(step_name) or "redacted"
@@ -159,11 +193,17 @@ class Redactor:
             except Exception as exc:
                 self._failed(exc)
                 out[name] = _marker(exc, value if name == "meta" else None)
+        meta = out.get("meta")
+        if masker.found and isinstance(meta, dict):
+            try:
+                out["meta"] = masker.scrub(meta)
+            except Exception as exc:
+                self._failed(exc)
+                out["meta"] = _marker(exc, meta)
         with self._lock:
             self.masked += masker.count
-        return out
 
-    def _shaped(self, name: str, value: dict[str, Any]) -> dict[str, Any]:
+    def _shaped(self, value: dict[str, Any]) -> dict[str, Any]:
         try:
             if self.payload_mode == "metadata_only":
                 return {k: _metadata(v) for k, v in value.items()}

@@ -673,8 +673,11 @@ class _Scanner:
             _scanner(specific) if specific and len(specific) < len(names) else None
         )
 
-    def _identify(self, text: str, start: int, end: int) -> tuple[str, Any]:
+    def _identify(self, text: str, start: int, end: int) -> tuple[str, Any, int]:
         """The shape whose alternative the detector matched at ``text[start:end]``.
+
+        Returns the shape's name, its own match (on a window of ``text``) and the offset of
+        that window in ``text``.
 
         RE2 takes the first alternative that matches at a position at all, so this is the
         lowest-indexed shape matching exactly this span, judged in context (word
@@ -684,19 +687,24 @@ class _Scanner:
         pattern breaking that rule costs time, not correctness.
         """
         found = self._candidates.Match(text[start:end]) or []
+        # One character either side is all the context RE2's assertions look at. Passing
+        # the whole text instead would make the binding re-encode it on every call, which
+        # turns many findings in a long text quadratic.
+        left = max(start - 1, 0)
+        window = text[left : end + 1]
         for index in [*sorted(found), *range(len(self._names))]:
             name = self._names[index]
-            match = _shape_regex(name).fullmatch(text, start, end)
+            match = _shape_regex(name).fullmatch(window, start - left, end - left)
             if match is not None:
-                return name, match
+                return name, match, left
         raise AssertionError(f"no shape matches the detected span {text[start:end]!r}")
 
     def _finding(self, text: str, start: int, end: int, offset: int) -> SecretFinding:
-        name, match = self._identify(text, start, end)
+        name, match, left = self._identify(text, start, end)
         for group in range(1, int(match.re.groups) + 1):
             group_start = int(match.start(group))
             if group_start != -1:
-                start, end = group_start, int(match.end(group))
+                start, end = left + group_start, left + int(match.end(group))
                 break
         if self._refiner is not None and name in _CONTEXTUAL:
             # The value is judged on its own, so the context around it doesn't matter.

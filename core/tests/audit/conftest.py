@@ -9,11 +9,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from charter._audit import AuditStore, open_store
 
 EntryFactory = Callable[..., dict[str, Any]]
 StoreFactory = Callable[..., AuditStore]
+
 
 def _entry(
     task_id: str = "t1",

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from charter._audit import (
     JsonlStore,
     SQLiteStore,
@@ -89,7 +89,9 @@ def test_sqlite_file_of_another_application(tmp_path: Path) -> None:
     conn.execute("CREATE TABLE users (name TEXT)")
     conn.commit()
     conn.close()
-    with pytest.raises(StoreError, match=f"{path} is an SQLite database but not a Charter"):
+    with pytest.raises(
+        StoreError, match=re.escape(f"{path} is an SQLite database but not a Charter")
+    ):
         open_store(f"sqlite:///{path}")
     with pytest.raises(StoreError, match="not a Charter"):
         verify(path)
@@ -98,7 +100,7 @@ def test_sqlite_file_of_another_application(tmp_path: Path) -> None:
 def test_file_that_is_not_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_text("these are my notes, not a database\n" * 10)
-    with pytest.raises(StoreError, match=f"{path} is not a Charter audit store"):
+    with pytest.raises(StoreError, match=re.escape(f"{path} is not a Charter audit store")):
         open_store(path)
     assert path.read_text().startswith("these are my notes")
 
@@ -116,7 +118,7 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["dir.db", "dir.jsonl"])
 def test_directory_instead_of_file(tmp_path: Path, name: str) -> None:
     (tmp_path / name).mkdir()
-    with pytest.raises(StoreError, match=f"{tmp_path / name} is a directory"):
+    with pytest.raises(StoreError, match=re.escape(f"{tmp_path / name} is a directory")):
         open_store(tmp_path / name)
     with pytest.raises(StoreError, match="is a directory"):
         verify(tmp_path / name)
@@ -126,7 +128,7 @@ def test_directory_instead_of_file(tmp_path: Path, name: str) -> None:
 def test_location_that_cannot_be_created(tmp_path: Path, name: str) -> None:
     blocker = tmp_path / "afile"
     blocker.write_text("a regular file")
-    with pytest.raises(StoreError, match=f"cannot create the directory {blocker}"):
+    with pytest.raises(StoreError, match=re.escape(f"cannot create the directory {blocker}")):
         open_store(blocker / name)
 
 
@@ -140,7 +142,7 @@ def test_parent_directories_are_created(tmp_path: Path, store_kind: str) -> None
 @pytest.mark.parametrize("name", ["missing.db", "missing.jsonl"])
 def test_verify_never_creates_a_store(tmp_path: Path, name: str) -> None:
     path = tmp_path / "sub" / name
-    with pytest.raises(StoreError, match=f"no audit store at {path}"):
+    with pytest.raises(StoreError, match=re.escape(f"no audit store at {path}")):
         verify(path)
     assert not (tmp_path / "sub").exists()
 
@@ -193,7 +195,7 @@ def test_jsonl_failed_write_is_cut_back(
             monkeypatch.setattr(jsonl_module.os, "write", half_write)
         else:
             monkeypatch.setattr(jsonl_module.os, "fsync", no_fsync)
-        with pytest.raises(StoreError, match="cannot write to audit store .* nothing was written"):
+        with pytest.raises(StoreError, match=r"cannot write to audit store .* nothing was written"):
             store.append([make_entry("t1", n=1), make_entry("t2", n=2)])
         monkeypatch.undo()
         assert path.read_bytes() == before

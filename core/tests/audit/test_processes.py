@@ -8,7 +8,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
 from charter._audit import open_store, verify
 
 Spawn = Callable[..., subprocess.Popen[str]]
@@ -108,9 +107,7 @@ def test_jsonl_four_processes(spawn: Spawn, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".db", ".jsonl"])
-def test_killed_writer_loses_nothing_it_reported(
-    spawn: Spawn, tmp_path: Path, suffix: str
-) -> None:
+def test_killed_writer_loses_nothing_it_reported(spawn: Spawn, tmp_path: Path, suffix: str) -> None:
     path = tmp_path / f"audit{suffix}"
     child = spawn(CRASH_CHILD, str(path))
     assert child.stdout is not None

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from charter._audit import (
     AuditStore,
     ChainHead,
@@ -95,7 +94,7 @@ def test_closed_chain_refuses_appends_and_writes_nothing(
 ) -> None:
     store.append([make_entry("t1", "task.start"), make_entry("t1", "task.end")])
     before = store.read_task("t1")
-    with pytest.raises(StoreError, match="task 't1'.*closed"):
+    with pytest.raises(StoreError, match=r"task 't1'.*closed"):
         store.append([make_entry("t2", n=1), make_entry("t1", n=2)])
     assert store.read_task("t1") == before
     with pytest.raises(StoreError, match="'t2' is not in"):
@@ -127,7 +126,7 @@ def test_read_task_under_several_agents_asks_for_agent(
     store: AuditStore, make_entry: EntryFactory
 ) -> None:
     store.append([make_entry("shared", agent_id="a1"), make_entry("shared", agent_id="a2")])
-    with pytest.raises(StoreError, match="several agents.*'a1', 'a2'.*agent_id"):
+    with pytest.raises(StoreError, match=r"several agents.*'a1', 'a2'.*agent_id"):
         store.read_task("shared")
     assert store.read_task("shared", "a2")[0]["agent_id"] == "a2"
 

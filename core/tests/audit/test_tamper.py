@@ -14,10 +14,9 @@ from typing import Any
 
 import pytest
 import rfc8785
+from charter._audit import StoreError, VerifyReport, entry_hash, open_store, verify
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from charter._audit import StoreError, VerifyReport, entry_hash, open_store, verify
 
 EntryFactory = Callable[..., dict[str, Any]]
 Records = dict[tuple[str, int], dict[str, Any]]

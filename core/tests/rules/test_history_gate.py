@@ -152,7 +152,7 @@ def test_a_running_step_holds_its_approval(Task: Any, policy: Any) -> None:
     t.start(pay)
     assert t.violation(pay) is None  # judged again: it holds the approval itself
     detail = t.violation(t.step("pay", input={"amount": 5}))
-    assert detail is not None and "running step(s) already hold" in detail
+    assert detail is not None and "the 1 open approval(s) are held by steps still running" in detail
 
 
 def test_single_use_false_lets_one_approval_serve_many(Task: Any, policy: Any) -> None:
@@ -186,3 +186,23 @@ def test_a_gate_recorded_after_a_step_is_not_used_by_it(Task: Any, policy: Any) 
     t.gate(pay)
     # The approval came after the payment: the next identical payment may use it.
     assert t.violation(t.step("pay", input={"amount": 5})) is None
+
+
+def test_a_later_deny_revokes_unused_approvals(Task: Any, policy: Any) -> None:
+    t = _task(Task, policy)
+    pay = t.step("pay", input={"amount": 5})
+    t.gate(pay)
+    t.gate(pay, "pending")  # a new request does not revoke the approval
+    assert t.violation(pay) is None
+    denied = t.gate(pay, "deny")
+    assert f"the latest gate (seq {denied.seq}) decided 'deny'" in t.violation(pay)
+    t.gate(pay)
+    assert t.violation(pay) is None
+
+
+def test_gates_without_the_bound_fields_are_ignored(Task: Any, policy: Any) -> None:
+    t = _task(Task, policy)
+    pay = t.step("pay", input={"amount": 5})
+    t.gate(step_name="pay")  # no digest: cannot prove it approved this input
+    t.gate(digest="0" * 64)  # no step_name
+    assert "none was recorded in the task" in t.violation(pay)

@@ -118,7 +118,7 @@ def steps(draw: st.DrawFn) -> dict[str, Any]:
 
 EVENTS = st.lists(
     st.tuples(st.sampled_from(["record", "record", "start", "finish", "probe", "probe"]), steps()),
-    max_size=30,
+    max_size=24,
 )
 
 
@@ -173,7 +173,7 @@ def _fresh(log: list[tuple[str, Behavior]]) -> PolicyEngine:
     return engine
 
 
-@settings(max_examples=75, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(events=EVENTS, final=steps())
 def test_incremental_indexes_match_a_fresh_replay(
     events: list[tuple[str, dict[str, Any]]], final: dict[str, Any]
@@ -210,3 +210,46 @@ def test_incremental_indexes_match_a_fresh_replay(
             done = b.completed(driver.output(spec), outcome=spec["outcome"])
             log.append(("record", live.record(done)))
     probe(final)
+
+
+class _NoScan(list[Behavior]):
+    """A step list that refuses to be read: judging must go through the indexes."""
+
+    def __iter__(self) -> Any:
+        raise AssertionError("a rule scanned the history")
+
+    def __getitem__(self, item: Any) -> Any:
+        raise AssertionError("a rule read the history by position")
+
+
+def test_judging_reads_indexes_not_the_history() -> None:
+    engine = PolicyEngine(POLICIES)
+    engine.record(Behavior(agent_id="agent", task_id="t1", kind="task.start", step_name="s"))
+    driver = _Driver()
+    spec = {"kind": "step.resource", "verb": "POST", "name": "pay", "input": 1, "dt": 1}
+    spec |= {"outcome": "ok", "trust": "trusted", "tokens": 5}
+    engine.evaluate(driver.behavior(spec), CTX)  # builds every index by one replay
+    for _ in range(50):
+        engine.record(driver.behavior(spec).completed({"ok": True}))
+    task = engine._tasks["t1"]
+    task.steps = _NoScan(task.steps)
+    result = engine.evaluate(driver.behavior(spec), CTX)
+    assert len(result.results) == len(POLICIES)  # every policy judged a payment
+    assert not any("raised" in (r.details or "") for r in result.results)
+
+
+def test_policies_with_equal_params_share_an_index() -> None:
+    same = {"max": 5, "select": {"kinds": ["step.exec"]}}
+    engine = PolicyEngine(
+        [
+            _p("a", "max_steps", same),
+            _p("b", "max_steps", dict(same)),
+            _p("c", "max_steps", {"max": 9, "select": {"kinds": ["step.exec"]}}),
+            _p("d", "max_steps", {"max": 5, "select": {"kinds": ["step.model"]}}),
+        ]
+    )
+    engine.record(Behavior(agent_id="agent", task_id="t1", kind="task.start", step_name="s"))
+    b = Behavior(agent_id="agent", task_id="t1", kind="step.exec", step_name="x")
+    engine.evaluate(b, CTX)
+    # a, b and c count the same steps; d is not evaluated for an exec step.
+    assert len(engine._tasks["t1"]._indexes) == 1

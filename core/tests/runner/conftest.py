@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import charter
-from charter import Runner, Settings
+from charter import Runner, Settings, StoreError, VerifyReport
+from charter._audit import ChainHead, SQLiteStore
 
 POLICIES: list[dict[str, Any]] = [
     {
@@ -174,3 +176,56 @@ def secret_corpus() -> list[tuple[str, str]]:
 @pytest.fixture
 def secrets_corpus() -> list[str]:
     return secret_corpus()
+
+
+class FlakyStore:
+    """An AuditStore whose append fails while `failing` is set (and can be slowed down)."""
+
+    location = "memory://flaky"
+
+    def __init__(self, failing: bool = True, delay: float = 0.0) -> None:
+        self.failing = failing
+        self.delay = delay
+        self.inner = SQLiteStore(":memory:")
+        self.calls = 0
+
+    def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        self.calls += 1
+        if self.delay:
+            time.sleep(self.delay)
+        if self.failing:
+            raise StoreError("flaky store is down")
+        return self.inner.append(entries)
+
+    def head(self, agent_id: str, task_id: str) -> ChainHead:
+        return self.inner.head(agent_id, task_id)
+
+    def list_tasks(self, agent_id: str | None = None) -> list[Any]:
+        return self.inner.list_tasks(agent_id)
+
+    def read_task(self, task_id: str, agent_id: str | None = None) -> list[dict[str, Any]]:
+        return self.inner.read_task(task_id, agent_id)
+
+    def verify(self, task_id: str | None = None) -> VerifyReport:
+        return self.inner.verify(task_id)
+
+    def health(self) -> dict[str, Any]:
+        return {"ok": not self.failing, "location": self.location, "detail": "fake"}
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+@pytest.fixture
+def flaky_store() -> Iterator[Callable[..., FlakyStore]]:
+    """Factory of in-memory stores that fail (or are slow) on demand."""
+    made: list[FlakyStore] = []
+
+    def make(failing: bool = True, delay: float = 0.0) -> FlakyStore:
+        store = FlakyStore(failing, delay)
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        store.close()

@@ -61,7 +61,9 @@ class ScriptedChatModel(GenericFakeChatModel):
                 response_metadata=message.response_metadata if last else {},
             )
             if run_manager:
-                run_manager.on_llm_new_token(chunk.content, chunk=ChatGenerationChunk(message=chunk))
+                run_manager.on_llm_new_token(
+                    chunk.content, chunk=ChatGenerationChunk(message=chunk)
+                )
             yield ChatGenerationChunk(message=chunk)
         if message.tool_calls or not words:
             yield ChatGenerationChunk(
@@ -137,21 +139,18 @@ def tools(ran: Counter[str]) -> dict[str, Any]:
         return f"sent to {to}"
 
     @tool
-    async def aget_weather(city: str) -> str:
+    async def get_forecast(city: str) -> str:
         """Read the weather for a city (async)."""
-        ran["aget_weather"] += 1
+        ran["get_forecast"] += 1
         return f"sunny in {city}"
 
     @tool
-    async def adelete_file(path: str) -> str:
+    async def remove_file(path: str) -> str:
         """Delete a file (async)."""
-        ran["adelete_file"] += 1
+        ran["remove_file"] += 1
         return f"deleted {path}"
 
-    return {
-        t.name: t
-        for t in (get_weather, delete_file, send_email, aget_weather, adelete_file)
-    }
+    return {t.name: t for t in (get_weather, delete_file, send_email, get_forecast, remove_file)}
 
 
 def deny(name: str, *, step_names: list[str] | None = None, **match: Any) -> dict[str, Any]:
@@ -234,12 +233,26 @@ def make_governor(tmp_path: Path) -> Iterator[Callable[..., tuple[charter.Govern
     ) -> tuple[charter.Governor, Audit]:
         location = f"sqlite:///{tmp_path}/audit-{len(made)}.db"
         settings.setdefault("agent_id", AGENT)
-        gov = charter.Governor(
-            policies=policies or [], audit_location=location, **settings
-        )
+        gov = charter.Governor(policies=policies or [], audit_location=location, **settings)
         made.append(gov)
         return gov, Audit(gov, location)
 
     yield build
     for gov in made:
         gov.close(10)
+
+
+class Helpers:
+    """The module's builders, as a fixture (pytest's importlib mode cannot import conftest)."""
+
+    ai = staticmethod(ai)
+    call = staticmethod(call)
+    scripted = staticmethod(scripted)
+    deny = staticmethod(deny)
+    ask = staticmethod(ask)
+    warn = staticmethod(warn)
+
+
+@pytest.fixture
+def h() -> type[Helpers]:
+    return Helpers

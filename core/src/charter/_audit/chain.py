@@ -214,31 +214,17 @@ class SealedEntry:
     seq: int
 
 
-def _group(key: str) -> int:
-    # Comparing with ASCII constants gives RFC 8785 (UTF-16) order for any key.
-    if key < "hash":
-        return 0
-    if key < "prev_hash":
-        return 1
-    return 2 if key < "seq" else 3
-
-
 def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
     """The canonical members of `record` in four runs split where the chain keys go."""
-    try:
-        if _safe_values((record,)):
-            runs: tuple[list[str], list[str], list[str], list[str]] = ([], [], [], [])
-            for key in sorted(record):
-                runs[_group(key)].append(_encode_str(key) + ":" + _stdlib_json(record[key]))
-            low, mid, high, top = (",".join(run).encode("utf-8") for run in runs)
-            return low, mid, high, top
-    except RecursionError:
-        raise ValueError("value is nested too deeply (or contains itself)") from None
-    except UnicodeEncodeError:
-        raise ValueError("value contains a string that is not valid Unicode text") from None
     parts: tuple[dict[str, Any], ...] = ({}, {}, {}, {})
     for key, value in record.items():
-        parts[_group(key)][key] = value
+        # Comparing with ASCII constants gives RFC 8785 (UTF-16) order for any key.
+        if key < "hash":
+            parts[0][key] = value
+        elif key < "prev_hash":
+            parts[1][key] = value
+        else:
+            parts[2 if key < "seq" else 3][key] = value
     # Canonical objects minus their braces, so the runs join into one object.
     low, mid, high, top = (canonical_json(part)[1:-1] for part in parts)
     return low, mid, high, top
@@ -279,19 +265,14 @@ def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
     """Chain a prepared entry onto `head`: seq = head.seq + 1, prev_hash = head.hash."""
     seq = head.seq + 1
     low, mid, high, top = prepared.groups
-    prev = b"null" if head.hash is None else b'"' + head.hash.encode("ascii") + b'"'
-    tail = [b'"prev_hash":' + prev, b'"seq":' + str(seq).encode("ascii")]
-    if high:
-        tail.insert(1, high)
-    if top:
-        tail.append(top)
-    if mid:
-        tail.insert(0, mid)
-    head_part = [low] if low else []
-    hashless = b"{" + b",".join(head_part + tail) + b"}"
-    digest = hashlib.sha256(hashless).hexdigest()
-    head_part.append(b'"hash":"' + digest.encode("ascii") + b'"')
-    body = b"{" + b",".join(head_part + tail) + b"}"
+    if head.hash is None:
+        prev = b'"prev_hash":null'
+    else:
+        prev = b'"prev_hash":"' + head.hash.encode("ascii") + b'"'
+    after = b",".join([p for p in (mid, prev, high, b'"seq":%d' % seq, top) if p])
+    before = low + b"," if low else b""
+    digest = hashlib.sha256(b"{" + before + after + b"}").hexdigest()
+    body = b"{" + before + b'"hash":"' + digest.encode("ascii") + b'",' + after + b"}"
     record = dict(prepared.entry)
     record["seq"] = seq
     record["prev_hash"] = head.hash

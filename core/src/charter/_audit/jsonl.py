@@ -358,11 +358,13 @@ class JsonlStore:
         return sorted(records, key=lambda r: r["seq"] if type(r.get("seq")) is int else 0)
 
     def _recorded_heads(self, size: int) -> dict[tuple[str, str], RecordedHead]:
+        """The highest head the head file records per chain, reading its first `size` bytes.
+
+        Raises OSError when the head file cannot be read. Unreadable lines are skipped: the
+        file is a witness that may only lag, so losing a line can only hide, never invent.
+        """
         recorded: dict[tuple[str, str], RecordedHead] = {}
-        try:
-            fd = os.open(self._heads_path, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return recorded
+        fd = os.open(self._heads_path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             for _, line, _ in _lines(fd, 0, size):
                 note = _decode(line)
@@ -388,10 +390,24 @@ class JsonlStore:
         """
         with self._lock:
             fd, size, heads_size = self._snapshot()
-            recorded = self._recorded_heads(heads_size) if heads_size >= 0 else {}
+            recorded: dict[tuple[str, str], RecordedHead] = {}
+            heads_name = os.path.basename(self._heads_path)
+            warnings: list[str] = []
+            if heads_size >= 0:
+                try:
+                    recorded = self._recorded_heads(heads_size)
+                except OSError as exc:
+                    warnings.append(
+                        f"head file {heads_name} cannot be read ({exc.strerror or exc}), so a "
+                        "cut-off tail of a chain cannot be detected"
+                    )
+            elif size > 0:
+                warnings.append(
+                    f"head file {heads_name} is missing, so a cut-off tail of a chain cannot "
+                    "be detected"
+                )
             chains: dict[tuple[str, str], list[StoredRow]] = {}
             loose: list[ChainBreak] = []
-            warnings: list[str] = []
             name = os.path.basename(self._path)
             for number, line, is_last in _lines(fd, 0, size):
                 record = _decode(line)
@@ -416,11 +432,6 @@ class JsonlStore:
             chains.setdefault(key, [])
         if task_id is not None and not chains:
             raise StoreError(f"task {task_id!r} is not in {self.location}")
-        if heads_size < 0 and size > 0:
-            warnings.append(
-                f"head file {os.path.basename(self._heads_path)} is missing, so a cut-off "
-                "tail of a chain cannot be detected"
-            )
         breaks = [
             found
             for key, rows in chains.items()

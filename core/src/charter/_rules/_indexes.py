@@ -20,7 +20,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any
 
 from charter._behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._ijson import canonical_digest
@@ -37,12 +37,20 @@ __all__ = [
     "TimeIndex",
     "TriggerIndex",
     "Where",
+    "index_key",
     "micros",
     "numbers_at",
     "provenance_keys",
     "step_digest",
     "trusted_candidates",
 ]
+
+
+def index_key(*parts: Any) -> str:
+    """An index key as a string: its hash is computed once and cached, where a tuple of enum
+    members would be hashed again on every lookup."""
+    return repr(parts)
+
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
@@ -110,8 +118,8 @@ class CountIndex:
         self.count = 0
 
     @staticmethod
-    def key(select: Selector) -> tuple[Any, ...]:
-        return ("charter.count_ok", select.key)
+    def key(select: Selector) -> str:
+        return index_key("charter.count_ok", select.key)
 
     def add(self, step: Behavior) -> None:
         if step.outcome is Outcome.OK and self._select.matches(step):
@@ -130,8 +138,8 @@ class TimeIndex:
         self._times: list[int] = []
 
     @staticmethod
-    def key(select: Selector, outcomes: frozenset[Outcome]) -> tuple[Any, ...]:
-        return ("charter.times", select.key, tuple(sorted(outcomes)))
+    def key(select: Selector, outcomes: frozenset[Outcome]) -> str:
+        return index_key("charter.times", select.key, tuple(sorted(outcomes)))
 
     def add(self, step: Behavior) -> None:
         if step.outcome in self._outcomes and self._select.matches(step):
@@ -155,8 +163,8 @@ class SumIndex:
         self.total: float = 0
 
     @staticmethod
-    def key(select: Selector, path: FieldPath) -> tuple[Any, ...]:
-        return ("charter.sum_ok", select.key, path.text)
+    def key(select: Selector, path: FieldPath) -> str:
+        return index_key("charter.sum_ok", select.key, path.text)
 
     def add(self, step: Behavior) -> None:
         if step.outcome is Outcome.OK and self._select.matches(step):
@@ -166,25 +174,28 @@ class SumIndex:
 # -- approvals ---------------------------------------------------------------------------------
 
 
-class GateOptions(NamedTuple):
+class GateOptions:
     """What makes a recorded step.gate approve a step (the params of `requires_gate`)."""
 
-    gate_kind: str | None
-    same_step: bool
-    bind_input: bool
-    within_steps: int | None
-    single_use: bool
-    select: Selector
+    __slots__ = ("bind_input", "gate_kind", "key", "same_step", "select", "single_use", "within")
 
-    def key(self) -> tuple[Any, ...]:
-        return (
-            "charter.gates",
-            self.gate_kind,
-            self.same_step,
-            self.bind_input,
-            self.within_steps,
-            self.single_use,
-            self.select.key,
+    def __init__(
+        self,
+        gate_kind: str | None,
+        same_step: bool,
+        bind_input: bool,
+        within: int | None,
+        single_use: bool,
+        select: Selector,
+    ) -> None:
+        self.gate_kind = gate_kind
+        self.same_step = same_step
+        self.bind_input = bind_input
+        self.within = within
+        self.single_use = single_use
+        self.select = select
+        self.key = index_key(
+            "charter.gates", gate_kind, same_step, bind_input, within, single_use, select.key
         )
 
     def binding(self, step: Behavior) -> tuple[str | None, str | None]:
@@ -216,8 +227,9 @@ class GateIndex:
 
     A passing gate joins its group's queue; when `single_use`, the first later `ok` step that
     the gate would have authorised (same binding, within the window) uses it up, oldest
-    eligible gate first. Gates of another `gate_kind`, gates whose own outcome was not ok and
-    gates missing the step_name or digest the options bind are ignored.
+    eligible gate first. A later `deny` for the same binding revokes the open approvals.
+    Gates of another `gate_kind`, gates whose own outcome was not ok and gates missing the
+    step_name or digest the options bind are ignored.
     """
 
     __slots__ = ("_groups", "_opts", "length")
@@ -240,9 +252,9 @@ class GateIndex:
         group = self._groups.get(opts.binding(step))
         if group is None:
             return
-        i = self._first_eligible(group, pos)
-        if i < len(group.open):
-            gate_seq = group.open.pop(i)[1]
+        self._drop_expired(group, pos)
+        if group.open:
+            gate_seq = group.open.pop(0)[1]
             group.last_used = (gate_seq, step.seq or 0)
 
     def _add_gate(self, step: Behavior, pos: int) -> None:
@@ -260,41 +272,36 @@ class GateIndex:
         decision = _dict(step.output).get("decision")
         if decision == "pass":
             group.open.append((pos, step.seq or 0))
-        else:
-            group.last_refused = (step.seq or 0, str(decision))
+            return
+        if decision == "deny":
+            # A reviewer who denies what they approved earlier has changed their mind.
+            group.open.clear()
+        group.last_refused = (step.seq or 0, str(decision))
 
-    def _first_eligible(self, group: _GateGroup, pos: int) -> int:
-        """Index of the oldest open gate inside the window for a step at history position
-        `pos`. Gates before the window have expired for good (positions only grow), so they
-        are dropped here, which keeps the queue short and makes the answer always 0."""
-        within = self._opts.within_steps
+    def _drop_expired(self, group: _GateGroup, pos: int) -> None:
+        """Drop the open gates outside the window of a step at history position `pos`: they
+        have expired for good (positions only grow), and the queue stays short."""
+        within = self._opts.within
         if within is not None:
             i = bisect.bisect_left(group.open, (pos - within,))
             if i:
                 group.pruned = group.open[i - 1][1]
                 del group.open[:i]
-        return 0
 
-    def lookup(
-        self, binding: tuple[str | None, str | None], reserved: int
-    ) -> tuple[bool, _GateGroup | None]:
-        """Whether an approval is available for a step judged now, after `reserved` eligible
-        approvals are set aside for steps already running; and the group, for the details."""
+    def lookup(self, binding: tuple[str | None, str | None]) -> tuple[int, _GateGroup | None]:
+        """How many approvals are open for a step judged now (used-up and expired ones left
+        out), and the group, for the details."""
         group = self._groups.get(binding)
         if group is None:
-            return False, None
+            return 0, None
         lo = 0
-        if self._opts.within_steps is not None:
-            lo = bisect.bisect_left(group.open, (self.length - self._opts.within_steps,))
-        eligible = len(group.open) - lo
-        if eligible > reserved and self._opts.single_use:
-            group.open.pop(lo)
-        need = reserved + 1 if self._opts.single_use else 1
-        return eligible >= need, group
+        if self._opts.within is not None:
+            lo = bisect.bisect_left(group.open, (self.length - self._opts.within,))
+        return len(group.open) - lo, group
 
     def expired_seq(self, group: _GateGroup) -> int | None:
         """Seq of the newest passing gate that is older than the window, if any."""
-        within = self._opts.within_steps
+        within = self._opts.within
         if within is None:
             return None
         lo = bisect.bisect_left(group.open, (self.length - within,))
@@ -356,8 +363,8 @@ class TriggerIndex:
         self.last: tuple[int, int, str] | None = None  # (ok_steps after it, seq, step_name)
 
     @staticmethod
-    def key(select: Selector, where: Where) -> tuple[Any, ...]:
-        return ("charter.trigger", select.key, where.key)
+    def key(select: Selector, where: Where) -> str:
+        return index_key("charter.trigger", select.key, where.key)
 
     def add(self, step: Behavior) -> None:
         if step.outcome is not Outcome.OK:
@@ -378,7 +385,7 @@ class RepeatIndex:
 
     __slots__ = ("not_ok", "ok")
 
-    KEY = ("charter.repeats",)
+    KEY = index_key("charter.repeats")
 
     def __init__(self) -> None:
         self.ok: Counter[tuple[str, str]] = Counter()
@@ -549,7 +556,7 @@ class ProvenanceIndex:
 
     __slots__ = ("values",)
 
-    KEY = ("charter.provenance", MAX_INDEXED_CHARS, MAX_WHOLE, MAX_NGRAM)
+    KEY = index_key("charter.provenance", MAX_INDEXED_CHARS, MAX_WHOLE, MAX_NGRAM)
 
     def __init__(self) -> None:
         self.values: set[tuple[str, str]] = set()

@@ -286,17 +286,20 @@ def _prepare_no_secrets(params: dict[str, Any]) -> _NoSecrets:
     )
 
 
-def _located(value: Any, where: str, depth: int = 0) -> Iterator[tuple[str, str]]:
-    """Every string in `value` with the dotted path that holds it."""
+def _located(value: Any, where: str, out: list[tuple[str, str]], depth: int = 0) -> None:
+    """Append every string in `value` to `out`, with the dotted path that holds it."""
     if isinstance(value, str):
-        yield where, value
+        out.append((where, value))
     elif depth < 64:
         if isinstance(value, dict):
             for k, v in value.items():
-                yield from _located(v, f"{where}.{k}", depth + 1)
+                if isinstance(v, str):
+                    out.append((f"{where}.{k}", v))
+                elif isinstance(v, dict | list):
+                    _located(v, f"{where}.{k}", out, depth + 1)
         elif isinstance(value, list):
             for i, v in enumerate(value):
-                yield from _located(v, f"{where}[{i}]", depth + 1)
+                _located(v, f"{where}[{i}]", out, depth + 1)
 
 
 @rule(
@@ -333,7 +336,7 @@ def no_secrets(view: Behavior, p: _NoSecrets, ctx: RuleContext) -> Verdict:
         found = path.resolve(view)
         for i, value in enumerate(found):
             where = path.text if len(found) == 1 else f"{path.text} (item {i})"
-            located.extend(_located(value, where))
+            _located(value, where, located)
     if not located:
         return True
     # One scan of all strings joined is far cheaper than one per string; only a hit pays for

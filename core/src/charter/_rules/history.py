@@ -16,7 +16,7 @@ The step being judged is an intent: its own timestamp is the only clock these ru
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
 from charter._behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
@@ -44,6 +44,16 @@ from charter._rules._indexes import (
 )
 from charter._selector import SELECTOR_SCHEMA, Selector
 
+__all__ = [
+    "budget",
+    "forbid_after",
+    "max_steps",
+    "no_repeat",
+    "rate_limit",
+    "requires_gate",
+    "value_provenance",
+]
+
 Verdict = bool | Violation
 
 
@@ -67,6 +77,12 @@ def _running(ctx: RuleContext, view: Behavior) -> Iterator[Behavior]:
             yield intent
 
 
+def _count_running(ctx: RuleContext, view: Behavior, pred: Callable[[Behavior], bool]) -> int:
+    if not ctx.history.open_intents:  # the common case, on the hot path
+        return 0
+    return sum(1 for b in _running(ctx, view) if pred(b))
+
+
 def _fmt(x: float) -> str:
     return str(x) if isinstance(x, int) else f"{x:.10g}"
 
@@ -82,10 +98,15 @@ def _ordinal(n: int) -> str:
 class _MaxSteps(NamedTuple):
     max: int
     select: Selector
+    key: str
+    factory: Callable[[], CountIndex]
 
 
 def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
-    return _MaxSteps(params["max"], Selector.from_params(params.get("select")))
+    select = Selector.from_params(params.get("select"))
+    return _MaxSteps(
+        params["max"], select, CountIndex.key(select), functools.partial(CountIndex, select)
+    )
 
 
 @rule(
@@ -110,8 +131,8 @@ def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
 def max_steps(view: Behavior, p: _MaxSteps, ctx: RuleContext) -> Verdict:
     if not p.select.matches(view):
         return True
-    done = ctx.history.index(CountIndex.key(p.select), lambda: CountIndex(p.select)).count
-    running = sum(1 for b in _running(ctx, view) if p.select.matches(b))
+    done = ctx.history.index(p.key, p.factory).count
+    running = _count_running(ctx, view, p.select.matches)
     if done + running + 1 <= p.max:
         return True
     return Violation(
@@ -131,7 +152,8 @@ class _RateLimit(NamedTuple):
     window_us: int
     window_text: str
     select: Selector
-    outcomes: frozenset[Outcome]
+    key: str
+    factory: Callable[[], TimeIndex]
 
 
 def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
@@ -140,12 +162,14 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
     if window_us < 1:
         raise ValueError("window_seconds must be at least one microsecond")
     outcomes = _OK_ONLY if params.get("count", "attempts") == "ok" else _ATTEMPTS
+    select = Selector.from_params(params.get("select"))
     return _RateLimit(
         params["max"],
         window_us,
         _fmt(seconds),
-        Selector.from_params(params.get("select")),
-        outcomes,
+        select,
+        TimeIndex.key(select, outcomes),
+        functools.partial(TimeIndex, select, outcomes),
     )
 
 
@@ -181,12 +205,9 @@ def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
     if not p.select.matches(view):
         return True
     after = micros(view.timestamp) - p.window_us
-    index = ctx.history.index(
-        TimeIndex.key(p.select, p.outcomes), lambda: TimeIndex(p.select, p.outcomes)
-    )
-    recorded = index.count_after(after)
-    running = sum(
-        1 for b in _running(ctx, view) if p.select.matches(b) and micros(b.timestamp) > after
+    recorded = ctx.history.index(p.key, p.factory).count_after(after)
+    running = _count_running(
+        ctx, view, lambda b: p.select.matches(b) and micros(b.timestamp) > after
     )
     total = recorded + running + 1
     if total <= p.max:
@@ -204,11 +225,19 @@ class _Budget(NamedTuple):
     path: FieldPath
     limit: float
     select: Selector
+    key: str
+    factory: Callable[[], SumIndex]
 
 
 def _prepare_budget(params: dict[str, Any]) -> _Budget:
+    path = parse_path(params["field"])
+    select = Selector.from_params(params.get("select"))
     return _Budget(
-        parse_path(params["field"]), params["limit"], Selector.from_params(params.get("select"))
+        path,
+        params["limit"],
+        select,
+        SumIndex.key(select, path),
+        functools.partial(SumIndex, select, path),
     )
 
 
@@ -239,13 +268,12 @@ def _prepare_budget(params: dict[str, Any]) -> _Budget:
     _builtin=True,
 )
 def budget(view: Behavior, p: _Budget, ctx: RuleContext) -> Verdict:
-    spent = ctx.history.index(
-        SumIndex.key(p.select, p.path), lambda: SumIndex(p.select, p.path)
-    ).total
+    spent = ctx.history.index(p.key, p.factory).total
     running: float = 0
-    for b in _running(ctx, view):
-        if p.select.matches(b):
-            running += numbers_at(p.path, b)[0]
+    if ctx.history.open_intents:
+        for b in _running(ctx, view):
+            if p.select.matches(b):
+                running += numbers_at(p.path, b)[0]
     this: float = 0
     if p.select.matches(view):
         this, bad = numbers_at(p.path, view)
@@ -281,7 +309,7 @@ def _prepare_requires_gate(params: dict[str, Any]) -> GateOptions:
         gate_kind=params.get("gate_kind"),
         same_step=params.get("same_step", True),
         bind_input=params.get("bind_input", True),
-        within_steps=params.get("within_steps"),
+        within=params.get("within_steps"),
         single_use=params.get("single_use", True),
         select=selector,
     )
@@ -296,7 +324,8 @@ def _prepare_requires_gate(params: dict[str, Any]) -> GateOptions:
         "step's input, default true), among the last `within_steps` recorded steps (when "
         "given). With `single_use` (default true) one approval authorises one step: the first "
         "later ok step matching `select` that it would authorise uses it up, and steps still "
-        "running hold theirs. Denied, pending, failed and used-up gates do not count."
+        "running hold theirs. Denied, pending, failed and used-up gates do not count, and a "
+        "later deny for the same step and input revokes earlier unused approvals."
     ),
     params_schema={
         "type": "object",
@@ -318,13 +347,13 @@ def _prepare_requires_gate(params: dict[str, Any]) -> GateOptions:
     _builtin=True,
 )
 def requires_gate(view: Behavior, p: GateOptions, ctx: RuleContext) -> Verdict:
-    index = ctx.history.index(p.key(), lambda: GateIndex(p))
+    index = ctx.history.index(p.key, lambda: GateIndex(p))
     binding = p.binding(view)
     reserved = 0
     if p.single_use:
-        reserved = sum(1 for b in _running(ctx, view) if p.consumes(b) and p.binding(b) == binding)
-    found, group = index.lookup(binding, reserved)
-    if found:
+        reserved = _count_running(ctx, view, lambda b: p.consumes(b) and p.binding(b) == binding)
+    available, group = index.lookup(binding)
+    if available > reserved:
         return True
     what = f"a passing {p.gate_kind + ' ' if p.gate_kind else ''}approval"
     target = f" for {view.step_name!r}" if p.same_step else ""
@@ -332,7 +361,11 @@ def requires_gate(view: Behavior, p: GateOptions, ctx: RuleContext) -> Verdict:
     base = f"needs {what}{target}{exact}"
     if group is None:
         return Violation(f"{base}; none was recorded in the task")
-    # Report whatever happened to the most recent approval for this binding.
+    if available:
+        return Violation(
+            f"{base}; the {available} open approval(s) are held by steps still running"
+        )
+    # Otherwise report what happened to the most recent approval for this binding.
     reasons: list[tuple[int, str]] = []
     if group.last_refused is not None:
         seq, decision = group.last_refused
@@ -348,11 +381,7 @@ def requires_gate(view: Behavior, p: GateOptions, ctx: RuleContext) -> Verdict:
         )
     expired = index.expired_seq(group)
     if expired is not None:
-        reasons.append(
-            (expired, f"approval seq {expired} is older than the last {p.within_steps} steps")
-        )
-    if reserved:
-        reasons.append((-1, f"{reserved} running step(s) already hold the open approval(s)"))
+        reasons.append((expired, f"approval seq {expired} is older than the last {p.within} steps"))
     if not reasons:
         return Violation(f"{base}; none is available")
     return Violation(f"{base}; {max(reasons)[1]}")
@@ -384,9 +413,9 @@ _AFTER["properties"] = {**SELECTOR_SCHEMA["properties"], "where": _WHERE}
 
 
 class _ForbidAfter(NamedTuple):
-    select: Selector
-    where: Where
     within: int | None
+    key: str
+    factory: Callable[[], TriggerIndex]
 
 
 def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
@@ -403,10 +432,12 @@ def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
         if op == "pattern":
             arg = compile_re2(arg)
         conds.append((parse_path(cond["field"]), op, arg))
+    select = Selector.from_params({k: v for k, v in after.items() if k != "where"})
+    where = Where(conds, tuple(keys))
     return _ForbidAfter(
-        Selector.from_params({k: v for k, v in after.items() if k != "where"}),
-        Where(conds, tuple(keys)),
         params.get("within_steps"),
+        TriggerIndex.key(select, where),
+        functools.partial(TriggerIndex, select, where),
     )
 
 
@@ -436,9 +467,7 @@ def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
     _builtin=True,
 )
 def forbid_after(view: Behavior, p: _ForbidAfter, ctx: RuleContext) -> Verdict:
-    index = ctx.history.index(
-        TriggerIndex.key(p.select, p.where), lambda: TriggerIndex(p.select, p.where)
-    )
+    index = ctx.history.index(p.key, p.factory)
     if index.last is None:
         return True
     since = index.since()
@@ -488,8 +517,8 @@ def no_repeat(view: Behavior, p: _NoRepeat, ctx: RuleContext) -> Verdict:
     key = (view.step_name, digest)
     done = index.ok[key]
     failed = index.not_ok[key] if p.include_failed else 0
-    running = sum(
-        1 for b in _running(ctx, view) if b.step_name == view.step_name and step_digest(b) == digest
+    running = _count_running(
+        ctx, view, lambda b: b.step_name == view.step_name and step_digest(b) == digest
     )
     total = done + failed + running + 1
     if total <= p.max:
@@ -593,7 +622,10 @@ def value_provenance(view: Behavior, p: _Provenance, ctx: RuleContext) -> Verdic
                 seen = ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex).values
                 trusted_ctx = _context_candidates(ctx.context.trusted_values)
             keys = provenance_keys(value, mode)
-            if not any(k in seen or k in trusted_ctx for k in keys):
+            for k in keys:
+                if k in seen or k in trusted_ctx:
+                    break
+            else:
                 shown = keys[0][1] if mode == "host" else value
                 what = "host " if mode == "host" else ""
                 return Violation(
@@ -605,14 +637,3 @@ def value_provenance(view: Behavior, p: _Provenance, ctx: RuleContext) -> Verdic
             "none of " + ", ".join(path.text for path, _ in p.fields) + " has a value to check"
         )
     return True
-
-
-__all__ = [
-    "budget",
-    "forbid_after",
-    "max_steps",
-    "no_repeat",
-    "rate_limit",
-    "requires_gate",
-    "value_provenance",
-]

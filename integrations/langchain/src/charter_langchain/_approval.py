@@ -35,9 +35,7 @@ def approval_request(
 ) -> dict[str, Any]:
     """The interrupt value for `spec`: a one-action HITLRequest plus a ``charter`` section."""
     allowed = ["approve", "edit", "reject"] if tool_call_id is not None else ["approve", "reject"]
-    policies = [v.name for v in result.violations if v.ask] or [
-        v.name for v in result.violations
-    ]
+    policies = [v.name for v in result.violations if v.ask] or [v.name for v in result.violations]
     action: dict[str, Any] = {
         "name": spec.name,
         "args": dict(spec.input),

@@ -219,7 +219,10 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
             spec = self._gate.templates.tool(name, args, call_id)
 
     def _settle_answers(
-        self, task_id: str, replaced: list[tuple[StepSpec, Answer]], final: StepSpec,
+        self,
+        task_id: str,
+        replaced: list[tuple[StepSpec, Answer]],
+        final: StepSpec,
         answer: Answer | None,
     ) -> None:
         # Recorded only once every answer is in: a node paused by a later interrupt runs
@@ -236,9 +239,7 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
                 final, task_id, answer.kind == "approve", answer.by, answer.why
             )
 
-    def _admit(
-        self, spec: StepSpec, task_id: str, call: Mapping[str, Any] | None
-    ) -> _Admitted:
+    def _admit(self, spec: StepSpec, task_id: str, call: Mapping[str, Any] | None) -> _Admitted:
         """Gate `spec` (asking through interrupt if a policy asks); raises BlockedStepError."""
         if self.approval == "approver":
             return _Admitted(self._gate.begin(spec, task_id), spec, False)
@@ -316,9 +317,7 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
         self._gate.complete(handle, output, model)
         return response
 
-    async def awrap_model_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """`wrap_model_call` for async runs."""
         task_id = _get(request.state, _TASK_KEY)
         try:
@@ -413,9 +412,7 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
         self._record_tool(handle, result)
         return _noted(result, admitted)
 
-    async def awrap_tool_call(
-        self, request: Any, handler: Callable[[Any], Awaitable[Any]]
-    ) -> Any:
+    async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """`wrap_tool_call` for async runs."""
         task_id = _get(request.state, _TASK_KEY)
         try:

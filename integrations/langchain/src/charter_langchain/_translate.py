@@ -297,7 +297,11 @@ def retriever_step(name: str, query: Any) -> StepSpec:
         "GET",
         name,
         {"query": text},
-        {"target": {"query": text, "retriever": name} if isinstance(text, str) else {"retriever": name}},
+        {
+            "target": {"query": text, "retriever": name}
+            if isinstance(text, str)
+            else {"retriever": name}
+        },
     )
 
 

@@ -1,0 +1,177 @@
+"""``charter claude install | uninstall | doctor`` (also available as ``charter-claude``).
+
+A click group registered under the ``charter.cli`` entry point group, so the core
+``charter`` command can mount it as ``charter claude`` without importing this package
+until it is used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["claude"]
+
+
+def _scope_options(func: click.decorators.FC) -> click.decorators.FC:
+    func = click.option(
+        "--settings-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help="Use this settings file instead of the one the scope names.",
+    )(func)
+    func = click.option(
+        "--project-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        default=".",
+        show_default=True,
+        help="The project whose .claude/ folder is meant.",
+    )(func)
+    func = click.option(
+        "--user", "scope", flag_value="user", help="~/.claude/settings.json (every project)."
+    )(func)
+    func = click.option(
+        "--local",
+        "scope",
+        flag_value="local",
+        help=".claude/settings.local.json (this project, not committed).",
+    )(func)
+    return click.option(
+        "--project",
+        "scope",
+        flag_value="project",
+        default=True,
+        help=".claude/settings.json (this project, shared; the default).",
+    )(func)
+
+
+def _target(scope: str, project_dir: Path, settings_file: Path | None) -> Path:
+    from charter_claude_code._install import settings_path
+
+    return settings_file if settings_file is not None else settings_path(scope, project_dir)
+
+
+@click.group(name="claude", context_settings={"help_option_names": ["-h", "--help"]})
+def claude() -> None:
+    """Govern Claude Code: hooks that judge every tool call before it runs."""
+
+
+@claude.command()
+@_scope_options
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Policy manifest (YAML); repeat for several.",
+)
+@click.option("--baseline", default=None, help="A baseline policy set, e.g. coding-agent.")
+@click.option(
+    "--auto-approve",
+    is_flag=True,
+    help="Answer 'allow' for allowed steps, skipping Claude Code's own permission prompt.",
+)
+@click.option(
+    "--timeout",
+    type=click.IntRange(min=3),
+    default=30,
+    show_default=True,
+    help="Hook timeout in seconds; the hook denies on its own after a third of it.",
+)
+def install(
+    scope: str,
+    project_dir: Path,
+    settings_file: Path | None,
+    policies: tuple[Path, ...],
+    baseline: str | None,
+    auto_approve: bool,
+    timeout: int,
+) -> None:
+    """Register Charter's hook for every Claude Code event in a settings file.
+
+    Keeps every other setting and hook, backs the file up first, and is safe to run again
+    (to change the policies, for instance). Exits 1 when the policies do not load.
+    """
+    from charter import PolicyLoadError, load_manifest_policies
+
+    from charter_claude_code._install import SettingsError, install_hooks
+    from charter_claude_code._policies import ConfigError, baseline_policies
+
+    if not policies and not baseline:
+        raise click.UsageError(
+            "give --policy FILE (a manifest) or --baseline NAME: without policies the hook "
+            "would deny every tool call"
+        )
+    try:
+        if policies:
+            load_manifest_policies(list(policies))
+        if baseline:
+            baseline_policies(baseline)
+    except (PolicyLoadError, ConfigError) as exc:
+        click.echo(f"charter claude install: {exc}", err=True)
+        raise SystemExit(1) from None
+    path = _target(scope, project_dir, settings_file)
+    try:
+        result = install_hooks(
+            path,
+            policy_files=[p.resolve() for p in policies],
+            baseline=baseline,
+            auto_approve=auto_approve,
+            timeout=timeout,
+        )
+    except SettingsError as exc:
+        click.echo(f"charter claude install: {exc}", err=True)
+        raise SystemExit(1) from None
+    if not result.changed:
+        click.echo(f"{path}: Charter's hooks are already installed as asked")
+        return
+    click.echo(f"{path}: Charter's hooks installed")
+    if result.backup is not None:
+        click.echo(f"  the previous file is kept in {result.backup}")
+    click.echo("  restart Claude Code (or review /hooks) so it picks them up;")
+    click.echo("  check the install with: charter claude doctor")
+
+
+@claude.command()
+@_scope_options
+def uninstall(scope: str, project_dir: Path, settings_file: Path | None) -> None:
+    """Remove exactly the hooks `install` added (and nothing else)."""
+    from charter_claude_code._install import SettingsError, uninstall_hooks
+
+    path = _target(scope, project_dir, settings_file)
+    try:
+        removed = uninstall_hooks(path)
+    except SettingsError as exc:
+        click.echo(f"charter claude uninstall: {exc}", err=True)
+        raise SystemExit(1) from None
+    click.echo(f"{path}: " + ("Charter's hooks removed" if removed else "no Charter hooks found"))
+
+
+@claude.command()
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The project Claude Code would be started in.",
+)
+@click.option(
+    "--settings-file",
+    "settings_files",
+    multiple=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Check these settings files instead of the user, project and local ones.",
+)
+def doctor(project_dir: Path, settings_files: tuple[Path, ...]) -> None:
+    """Check that Claude Code started here would be governed; exits 1 when it would not."""
+    from charter_claude_code._doctor import diagnose
+
+    report = diagnose(project_dir, settings_files=list(settings_files) or None)
+    for line in report.lines():
+        click.echo(line)
+    if report.ok:
+        click.echo("Claude Code started here is governed by Charter.")
+        return
+    click.echo("Claude Code started here would NOT be governed as intended (see FAIL above).")
+    raise SystemExit(1)

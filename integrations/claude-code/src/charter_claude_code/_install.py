@@ -1,0 +1,333 @@
+"""Adding Charter's hooks to a Claude Code settings file, and taking exactly them out again.
+
+Install merges one command hook per event into ``hooks`` and leaves every other setting and
+hook alone. The command names the interpreter by absolute path (a different PATH cannot
+make it vanish), and for the events that can refuse (PreToolUse, UserPromptSubmit) it ends
+in a shell guard: if the hook process cannot even start (interpreter gone: 127; package
+gone: 1), the guard exits 2, which Claude Code reads as a refusal instead of letting the
+call through. Install backs up the Charter-free file first; uninstall restores those exact
+bytes when nothing else changed in between, so a round trip is byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from charter_claude_code._answers import BLOCKABLE_EVENTS, HOOK_EVENTS
+
+__all__ = [
+    "GUARD",
+    "InstallResult",
+    "SettingsError",
+    "backup_path",
+    "charter_hooks",
+    "hook_command",
+    "install_hooks",
+    "is_charter_command",
+    "settings_path",
+    "uninstall_hooks",
+]
+
+DEFAULT_TIMEOUT = 30
+TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
+GUARD = (
+    " || { echo 'Charter: the Claude Code hook could not run, so this is refused "
+    "(run: charter claude doctor)' >&2; exit 2; }"
+)
+_MARKERS = ("charter-claude-hook", "charter_claude_code")
+
+
+class SettingsError(Exception):
+    """A settings file cannot be merged safely (the message names the file and the problem)."""
+
+
+def settings_path(scope: str, project_dir: str | os.PathLike[str] = ".") -> Path:
+    """The settings file of `scope`: ``project`` (.claude/settings.json, shared),
+    ``local`` (.claude/settings.local.json, not committed) or ``user`` (~/.claude)."""
+    if scope == "user":
+        return Path(os.path.expanduser("~")) / ".claude" / "settings.json"
+    base = Path(project_dir).resolve() / ".claude"
+    if scope == "local":
+        return base / "settings.local.json"
+    if scope == "project":
+        return base / "settings.json"
+    raise ValueError(f"scope {scope!r}: use project, local or user")
+
+
+def backup_path(path: Path) -> Path:
+    """Where install keeps the last Charter-free version of `path` (empty: it did not exist)."""
+    return path.with_name(path.name + ".charter-backup")
+
+
+def is_charter_command(command: object) -> bool:
+    """True for a hook command that Charter's installer wrote (or one running its hook)."""
+    return isinstance(command, str) and any(m in command for m in _MARKERS)
+
+
+def _console_script() -> str | None:
+    import sysconfig
+
+    folder = sysconfig.get_path("scripts")
+    if not folder:
+        return None
+    script = os.path.join(folder, "charter-claude-hook")
+    try:
+        with open(script, "rb") as handle:
+            if handle.read(2) == b"#!":
+                return script
+    except OSError:
+        pass
+    return None
+
+
+def hook_command(
+    event: str,
+    *,
+    policy_files: Sequence[str | os.PathLike[str]] = (),
+    baseline: str | None = None,
+    auto_approve: bool = False,
+    deadline: float = 10.0,
+    python: str | None = None,
+) -> str:
+    """The shell command Claude Code runs for `event`: absolute interpreter, the console
+    script (or ``-P -m charter_claude_code`` without one), absolute policy paths, and the
+    guard for events that can refuse."""
+    interpreter = os.path.abspath(python or sys.executable)
+    script = _console_script() if python is None else None
+    parts = [interpreter, script] if script else [interpreter, "-P", "-m", "charter_claude_code"]
+    parts += ["--event", event]
+    for f in policy_files:
+        parts += ["--policy", os.path.abspath(os.fspath(f))]
+    if baseline:
+        parts += ["--baseline", baseline]
+    if auto_approve:
+        parts.append("--auto-approve")
+    parts += ["--deadline", f"{deadline:g}"]
+    command = " ".join(shlex.quote(p) for p in parts)
+    return command + GUARD if event in BLOCKABLE_EVENTS else command
+
+
+def _read(path: Path) -> tuple[bytes | None, dict[str, Any]]:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None, {}
+    except OSError as exc:
+        raise SettingsError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    if not raw.strip():
+        return raw, {}
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise SettingsError(
+            f"{path} is not valid JSON ({exc}); fix it first, Charter will not overwrite it"
+        ) from None
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path} does not hold a JSON object; Charter will not overwrite it")
+    return raw, data
+
+
+def _style(raw: bytes | None) -> tuple[int | str, bool]:
+    """(indent, trailing newline) of an existing file, so a rewrite looks like the original."""
+    if not raw:
+        return 2, True
+    text = raw.decode("utf-8", "replace")
+    for line in text.splitlines()[1:]:
+        stripped = line.lstrip(" \t")
+        if stripped and len(stripped) < len(line):
+            lead = line[: len(line) - len(stripped)]
+            return ("\t" if lead.startswith("\t") else len(lead)), text.endswith("\n")
+    return 2, text.endswith("\n")
+
+
+def _dump(data: dict[str, Any], style: tuple[int | str, bool]) -> bytes:
+    indent, newline = style
+    text = json.dumps(data, indent=indent, ensure_ascii=False)
+    return (text + ("\n" if newline else "")).encode("utf-8")
+
+
+def _write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def charter_hooks(data: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:
+    """Charter's hooks in parsed settings: event -> [(matcher group, hook)]."""
+    found: dict[str, list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    hooks = data.get("hooks")
+    if not isinstance(hooks, dict):
+        return found
+    for event, groups in hooks.items():
+        if not isinstance(groups, list):
+            continue
+        for group in groups:
+            if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+                continue
+            for hook in group["hooks"]:
+                if isinstance(hook, dict) and is_charter_command(hook.get("command")):
+                    found.setdefault(event, []).append((group, hook))
+    return found
+
+
+def _covers_all(group: dict[str, Any]) -> bool:
+    return group.get("matcher") in (None, "", "*")
+
+
+@dataclass(frozen=True, slots=True)
+class InstallResult:
+    """What install did: the settings file, whether it changed, and the backup (if made)."""
+
+    path: Path
+    changed: bool
+    backup: Path | None
+
+
+def install_hooks(
+    path: Path,
+    *,
+    policy_files: Sequence[str | os.PathLike[str]] = (),
+    baseline: str | None = None,
+    auto_approve: bool = False,
+    timeout: int = DEFAULT_TIMEOUT,
+    deadline: float | None = None,
+    python: str | None = None,
+) -> InstallResult:
+    """Merge Charter's hooks for every event into the settings file at `path`.
+
+    Idempotent: Charter's existing hooks are updated in place, duplicates removed, nothing
+    else touched. The deadline defaults to a third of `timeout`, so the hook always answers
+    (deny) before Claude Code would kill it. Refuses (SettingsError) a file that is not a
+    JSON object or whose ``hooks`` is malformed; ValueError for a timeout under 3 s.
+    """
+    if timeout < 3:
+        raise ValueError("--timeout must be at least 3 seconds")
+    limit = deadline if deadline is not None else round(timeout / 3, 1)
+    raw, data = _read(path)
+    hooks = data.setdefault("hooks", {})
+    if not isinstance(hooks, dict):
+        raise SettingsError(f"{path}: 'hooks' is not an object; fix it first")
+    had_charter = bool(charter_hooks(data))
+    for event in HOOK_EVENTS:
+        groups = hooks.setdefault(event, [])
+        if not isinstance(groups, list):
+            raise SettingsError(f"{path}: hooks.{event} is not a list; fix it first")
+        desired = {
+            "type": "command",
+            "command": hook_command(
+                event,
+                policy_files=policy_files,
+                baseline=baseline,
+                auto_approve=auto_approve,
+                deadline=limit,
+                python=python,
+            ),
+            "timeout": timeout,
+        }
+        placed = False
+        for group in list(groups):
+            if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+                continue
+            kept = []
+            for hook in group["hooks"]:
+                if not (isinstance(hook, dict) and is_charter_command(hook.get("command"))):
+                    kept.append(hook)
+                elif not placed and (event not in TOOL_EVENTS or _covers_all(group)):
+                    kept.append(desired)
+                    placed = True
+            if len(kept) != len(group["hooks"]) or kept != group["hooks"]:
+                group["hooks"] = kept
+                if not kept:
+                    groups.remove(group)
+        if not placed:
+            added: dict[str, Any] = {"matcher": "*"} if event in TOOL_EVENTS else {}
+            added["hooks"] = [desired]
+            groups.append(added)
+    new = _dump(data, _style(raw))
+    if raw == new:
+        return InstallResult(path, False, None)
+    backup = None
+    if not had_charter:
+        backup = backup_path(path)
+        _write(backup, raw or b"")
+    _write(path, new)
+    return InstallResult(path, True, backup)
+
+
+def _strip(data: dict[str, Any]) -> bool:
+    """Remove Charter's hooks (and the groups, lists and object they alone filled)."""
+    hooks = data.get("hooks")
+    if not isinstance(hooks, dict):
+        return False
+    removed = False
+    for event in list(hooks):
+        groups = hooks[event]
+        if not isinstance(groups, list):
+            continue
+        for group in list(groups):
+            if not isinstance(group, dict) or not isinstance(group.get("hooks"), list):
+                continue
+            kept = [
+                h
+                for h in group["hooks"]
+                if not (isinstance(h, dict) and is_charter_command(h.get("command")))
+            ]
+            if len(kept) != len(group["hooks"]):
+                removed = True
+                group["hooks"] = kept
+                if not kept:
+                    groups.remove(group)
+                    if not groups:
+                        del hooks[event]
+    if removed and not hooks:
+        del data["hooks"]
+    return removed
+
+
+def _normal(value: Any) -> Any:
+    """`value` with empty objects and lists dropped, for comparing settings by meaning."""
+    if isinstance(value, dict):
+        out = {k: _normal(v) for k, v in value.items()}
+        return {k: v for k, v in out.items() if v not in ({}, [])}
+    if isinstance(value, list):
+        return [_normal(v) for v in value]
+    return value
+
+
+def uninstall_hooks(path: Path) -> bool:
+    """Remove exactly Charter's hooks from `path`; returns whether anything was removed.
+
+    When the rest of the file means what it meant before install, the backed-up bytes are
+    put back (a file install created is deleted); otherwise the file is rewritten in its
+    own style without Charter's entries. Refuses (SettingsError) an unreadable file.
+    """
+    raw, data = _read(path)
+    if raw is None or not _strip(data):
+        return False
+    backup = backup_path(path)
+    try:
+        before: bytes | None = backup.read_bytes()
+    except OSError:
+        before = None
+    if before is not None:
+        try:
+            earlier = json.loads(before) if before.strip() else {}
+        except ValueError:
+            earlier = None
+        if isinstance(earlier, dict) and _normal(earlier) == _normal(data):
+            if before:
+                _write(path, before)
+            else:
+                path.unlink()
+            backup.unlink()
+            return True
+    _write(path, _dump(data, _style(raw)))
+    return True

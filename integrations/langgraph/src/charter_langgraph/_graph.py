@@ -1,0 +1,172 @@
+"""`govern(builder)`: the builder and the graphs it compiles, governed.
+
+The builder keeps its class's behavior plus one change: `compile()` wraps every node and
+branch first (so nodes added after `govern` are governed too) and returns a compiled graph
+whose `stream` / `astream` (which `invoke`, `ainvoke`, `batch` and the event streams all go
+through) open, continue and close the run's Charter task. Both are subclasses made on the
+fly of the object's own class, so `isinstance` checks and every other method are unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import AsyncIterator, Iterator, Mapping
+from typing import Any
+
+import charter
+from charter_templates import TemplateSet, load_templates
+from langgraph.graph import StateGraph
+
+from ._answers import install_approver
+from ._governance import Governance
+from ._mapping import parse_table
+
+_ATTR = "_charter_governance"
+_ON_BLOCK = ("end", "raise")
+_ASK = ("interrupt", "approver")
+
+
+def govern(
+    builder: Any,
+    *,
+    governor: charter.Governor | None = None,
+    nodes: Mapping[str, Any] | None = None,
+    on_block: str = "end",
+    block_key: str = "charter_blocked",
+    ask: str = "interrupt",
+    approver: Any = None,
+    **settings: Any,
+) -> Any:
+    """Govern every node, tool call and approval of a StateGraph builder; returns the builder.
+
+    Each node execution is one gated step (kind/verb from `nodes`, else the node's
+    ``metadata={"charter": ...}``, else step.exec); each tool call of a ToolNode is one step
+    mapped by the behavior templates; each graph run of a thread is one task. Pass an
+    existing `governor` (shared with other integrations) or Governor setting keywords
+    (``policy_file=``, ``agent_id=``, ``audit_location=``, ...), not both.
+
+    `on_block`: ``"end"`` ends the run cleanly (the blocked node returns ``Command(goto=END)``
+    with the reason under `block_key` when the state has that key, and nothing after it
+    runs); ``"raise"`` raises `charter.BlockedError` (a PermissionError, which RetryPolicy's
+    default never retries). `ask`: ``"interrupt"`` pauses with LangGraph's ``interrupt()``
+    (needs a checkpointer; without one the approver decides); ``"approver"`` asks the
+    Governor's approver in place. `approver` is that approver (default: deny).
+
+    Refuses (ValueError) an unknown `on_block` / `ask`, a bad `nodes` entry, settings
+    together with `governor`, and a builder governed already; TypeError for a non-builder.
+    `charter_templates.TemplateError` for a bad template_location file.
+    """
+    if not isinstance(builder, StateGraph):
+        raise TypeError(
+            f"govern() takes a langgraph StateGraph builder, not {type(builder).__name__}; "
+            "govern the builder before compile()"
+        )
+    if getattr(builder, _ATTR, None) is not None:
+        raise ValueError("this builder is governed already; call govern() once per builder")
+    if on_block not in _ON_BLOCK:
+        raise ValueError(f"on_block={on_block!r}: use 'end' or 'raise'")
+    if ask not in _ASK:
+        raise ValueError(f"ask={ask!r}: use 'interrupt' or 'approver'")
+    if not isinstance(block_key, str) or not block_key:
+        raise ValueError("block_key= must name a state key (a non-empty string)")
+    table = parse_table(nodes)
+    if governor is not None:
+        if settings:
+            raise ValueError(
+                "pass either governor= or Governor setting keywords, not both (got "
+                + ", ".join(sorted(settings))
+                + ")"
+            )
+        if approver is not None:
+            governor.approver = approver
+    else:
+        governor = charter.Governor(approver=approver, **settings)
+    templates = _templates(governor)
+    install_approver(governor)
+    governance = Governance(
+        governor,
+        table=table,
+        on_block=on_block,
+        block_key=block_key,
+        ask=ask,
+        templates=templates,
+    )
+    setattr(builder, _ATTR, governance)
+    builder.__class__ = _governed_builder_class(type(builder))
+    return builder
+
+
+def governor_of(graph: Any) -> charter.Governor:
+    """The Governor of a governed builder or of a graph compiled from one (ValueError else)."""
+    governance = _governance_of(graph)
+    if governance is None:
+        raise ValueError("this graph is not governed by charter_langgraph.govern()")
+    return governance.governor
+
+
+def _governance_of(graph: Any) -> Governance | None:
+    found = getattr(graph, _ATTR, None)
+    if found is None:
+        found = getattr(getattr(graph, "builder", None), _ATTR, None)
+    return found if isinstance(found, Governance) else None
+
+
+def _templates(governor: charter.Governor) -> TemplateSet | None:
+    location = governor.runner.settings.template_location
+    return load_templates(location) if location else None
+
+
+@functools.cache
+def _governed_builder_class(cls: type) -> type:
+    """`cls` with a compile() that governs what it compiles (a plain subclass: a mixin base
+    would change the instance layout and forbid the __class__ swap)."""
+
+    def compile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        governance: Governance = getattr(self, _ATTR)
+        governance.wrap(self)
+        compiled = super(governed, self).compile(*args, **kwargs)
+        compiled.__class__ = _governed_graph_class(type(compiled))
+        return compiled
+
+    governed = type(f"Governed{cls.__name__}", (cls,), {"compile": compile})
+    return governed
+
+
+@functools.cache
+def _governed_graph_class(cls: type) -> type:
+    """`cls` whose stream/astream (which invoke, ainvoke, batch and the event streams all
+    go through) bound every run with its Charter task."""
+    if getattr(cls, "_charter_governed", False):
+        return cls
+
+    def stream(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
+        governance: Governance = getattr(self.builder, _ATTR)
+        run = governance.open_run(self, input, config)
+        try:
+            yield from super(governed, self).stream(input, run.config, **kwargs)
+        except GeneratorExit:
+            # The caller stopped reading: like a pause, the thread can be continued later.
+            raise
+        except BaseException as exc:
+            governance.close_run(self, run, exc)
+            raise
+        governance.close_run(self, run, None)
+
+    async def astream(
+        self: Any, input: Any, config: Any = None, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        governance: Governance = getattr(self.builder, _ATTR)
+        run = await governance.aopen_run(self, input, config)
+        try:
+            async for chunk in super(governed, self).astream(input, run.config, **kwargs):
+                yield chunk
+        except GeneratorExit:
+            raise
+        except BaseException as exc:
+            await governance.aclose_run(self, run, exc)
+            raise
+        await governance.aclose_run(self, run, None)
+
+    namespace = {"stream": stream, "astream": astream, "_charter_governed": True}
+    governed = type(f"Governed{cls.__name__}", (cls,), namespace)
+    return governed
