@@ -215,6 +215,26 @@ VARIANTS: tuple[Sample, ...] = (
         "private_key_block",
         "-----BEGIN RSA " + "PRIVATE KEY-----\n" + "\n".join([_fill("FakeKeyBody0", 64)] * 3),
     ),
+    # One-line, YAML-indented and short-last-line forms.
+    _token(
+        "private_key_block",
+        "-----BEGIN RSA "
+        + "PRIVATE KEY----- "
+        + " ".join([_fill("FakeKeyBody0", 64)] * 2)
+        + " -----END RSA "
+        + "PRIVATE KEY-----",
+    ),
+    _valued(
+        "private_key_block",
+        "tls:\n  key: |\n    ",
+        _pem("EC " + "PRIVATE KEY").replace("\n", "\n    "),
+        "\n  cert: none\n",
+    ),
+    _token(
+        "private_key_block",
+        "-----BEGIN " + "PRIVATE KEY-----\n" + _fill("FakeKeyBody0", 64) + "\nFakeTail\n"
+        "-----END " + "PRIVATE KEY-----",
+    ),
     _token("aws_access_key_id", "ASIA" + _fill("FAKE0", 16)),
     _valued("aws_secret_access_key", '"SecretAccessKey": "', _fill("FakeSecretKey/0+", 40), '"'),
     _valued("aws_secret_access_key", "AWS_SECRET_ACCESS_KEY=", _fill("FakeSecretKey/0+", 40)),
@@ -327,6 +347,18 @@ NEGATIVES: tuple[str, ...] = (
     "task-" + _fill("abcdef0123456789", 40),
     "The mask_secrets helper replaces each secret with [REDACTED:jwt].",
     "def rotate_token(token: str) -> str: ...",
+    'if token == "lambda":',
+    'Token:              "#cccccc",',
+    '"input_token": "next_token", "AWS_SESSION_TOKEN": "session-token"',
+    "ERRORTOKEN = token.ERRORTOKEN",
+    "return OwnerRecord(pid=pid, token=token, lease_duration=duration)",
+    "private_key = Ed25519PrivateKey.generate()",
+    "def sign(private_key: ed25519.Ed25519PrivateKey, data: bytes) -> bytes: ...",
+    "MLKEM768X25519PrivateKey = rust_openssl.hpke.MLKEM768X25519PrivateKey",
+    "arn:aws:secretsmanager:us-west-2:123456789012:secret:db-creds-AbCdEf",
+    "SECRET_KEY = 'development key'",
+    "when the file has '-----BEGIN RSA " + "PRIVATE KEY-----' and '-----END RSA PRIVATE KEY-----'",
+    '_SK_START = b"-----BEGIN OPENSSH ' + 'PRIVATE KEY-----"',
 )
 
 

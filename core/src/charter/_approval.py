@@ -6,7 +6,6 @@ other unknown state in Charter.
 
 from __future__ import annotations
 
-import getpass
 import inspect
 import sys
 from collections.abc import Callable
@@ -118,6 +117,8 @@ def console_approver(
 
 
 def _user() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except Exception:

@@ -427,6 +427,12 @@ class PolicyEngine:
                 return "closing" if task.closing else "open"
             return "ended" if task_id in self._closed else "unknown"
 
+    def next_seq(self, task_id: str) -> int:
+        """The seq `record` would assign to the task's next step (1 for an unknown task)."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return task.last_seq + 1 if task else 1
+
     def open_intent(self, task_id: str, action_id: str) -> Behavior | None:
         """The open intent `action_id` of the task, or None when there is none."""
         with self._lock:

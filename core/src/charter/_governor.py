@@ -11,10 +11,11 @@ async driver awaits them, moving blocking I/O (sync durability, sync approvers) 
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import inspect
 import logging
+import os
+import sys
 import threading
 import uuid
 import warnings
@@ -29,7 +30,7 @@ from charter._engine import Decision, EvalResult
 from charter._errors import BlockedError, PolicyWarning
 from charter._identifiers import step_name_from, task_id_from
 from charter._policy import Severity
-from charter._runner import Runner
+from charter._runner import Runner, derive
 from charter._settings import Settings
 from charter._writer import ExporterLike
 
@@ -134,15 +135,17 @@ class StepHandle:
                 "complete, fail or abandon a step once"
             )
         b = self.behavior
+        meta = dict(b.meta)
         if how == "ok":
             data = _payload(output if output is not None else self.output)
-            return b.completed(data if data is not None else {})
+            meta["charter.outcome"] = Outcome.OK.value
+            return derive(b, output=data if data is not None else {}, meta=meta)
         if how == "failed":
             assert exc is not None
-            return b.completed(_error(exc), outcome=Outcome.FAILED)
-        meta = dict(b.meta)
+            meta["charter.outcome"] = Outcome.FAILED.value
+            return derive(b, output=_error(exc), meta=meta)
         meta["charter.outcome"] = Outcome.ABANDONED.value
-        return b.replace(meta=meta)
+        return derive(b, meta=meta)
 
     def _settle(self, how: str, output: Any = None, exc: BaseException | None = None) -> Behavior:
         # Settled only once the record succeeded: after an AuditError (sync durability) the
@@ -449,6 +452,8 @@ class Governor:
         self, task_id: str, error: BaseException | None = None, *, output: Any = None
     ) -> None:
         """`end_task` for async code (waits for the store in a worker thread)."""
+        import asyncio  # deferred: `import charter` stays light for one-shot hook processes
+
         await asyncio.to_thread(self._close, task_id, error, output)
 
     # -- steps --------------------------------------------------------------------------------
@@ -474,16 +479,23 @@ class Governor:
                 "no current task: open one with `with gov.task():` (or `async with`), or "
                 "pass task_id="
             )
-        return Behavior(
-            agent_id=self.runner.agent_id,
-            task_id=tid,
-            kind=kind,  # type: ignore[arg-type]
-            verb=verb,  # type: ignore[arg-type]
-            step_name=step_name_from(name),
-            action_id=uuid.uuid4().hex,
-            input=_payload(input),
-            properties=_payload(properties) or {},
-        )
+        fields: dict[str, Any] = {
+            "agent_id": self.runner.agent_id,
+            "task_id": tid,
+            "kind": kind,
+            "verb": verb,
+            "step_name": step_name_from(name),
+            "action_id": uuid.uuid4().hex,
+        }
+        if (input is None or type(input) is dict) and (
+            properties is None or type(properties) is dict
+        ):
+            # Plain I-JSON dicts are validated and copied once; anything else is captured.
+            try:
+                return Behavior(**fields, input=input, properties=properties or {})
+            except (ValueError, RecursionError):
+                pass
+        return Behavior(**fields, input=_payload(input), properties=_payload(properties) or {})
 
     def step(
         self,
@@ -696,6 +708,8 @@ class Governor:
     async def _run(self, fn: Callable[..., T], *args: Any) -> T:
         # Buffered durability only enqueues, which is fast: a thread hop would cost more.
         if self.runner.settings.audit_durability == "sync":
+            import asyncio
+
             return await asyncio.to_thread(fn, *args)
         return fn(*args)
 
@@ -721,6 +735,8 @@ class Governor:
             if _is_async(self.approver):
                 answer = await self.approver(request)
             else:
+                import asyncio
+
                 answer = await asyncio.to_thread(self.approver, request)
                 if inspect.isawaitable(answer):
                     answer = await answer
@@ -746,7 +762,7 @@ class Governor:
                     f"policy {v.name!r} ({v.severity.value}) warned on {b.step_name!r}: "
                     f"{v.details or v.description or v.rule_type}"
                 ),
-                stacklevel=5,
+                stacklevel=_caller_level(),
             )
 
     def _incident(self, b: Behavior, reason: str) -> None:
@@ -789,6 +805,19 @@ class Governor:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _caller_level() -> int:
+    """The `stacklevel` that points a warning at the first frame outside Charter."""
+    frame = sys._getframe(1)  # the frame that calls warnings.warn is level 1
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
 
 
 def _is_async(fn: Any) -> bool:

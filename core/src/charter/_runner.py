@@ -18,6 +18,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import logging
+import operator
 import threading
 import time
 import uuid
@@ -27,7 +28,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from charter._audit import AuditStore
-from charter._behavior import CLOSING_KINDS, TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome
+from charter._behavior import (
+    CLOSING_KINDS,
+    TASK_BOUNDARY_KINDS,
+    ActionKind,
+    Behavior,
+    Outcome,
+    format_timestamp,
+)
 from charter._context import EvalContext
 from charter._engine import Decision, EvalResult, PolicyEngine, _applies
 from charter._errors import AgentBindingError, AuditError
@@ -88,6 +96,7 @@ class Runner:
             exporters=exporters,
             durability=settings.audit_durability,
             queue_size=settings.queue_size,
+            prepare=self._redactor.redact,
         )
         self._sync = settings.audit_durability == "sync"
         self._guard = threading.Lock()
@@ -209,7 +218,7 @@ class Runner:
                 "record outcomes with record()"
             )
         if intended.action_id is None:
-            intended = intended.replace(action_id=_new_id())
+            intended = derive(intended, action_id=_new_id())
         tid = intended.task_id
         with self._lock(tid):
             self._activity[tid] = time.monotonic()
@@ -226,7 +235,7 @@ class Runner:
         """
         self._check_agent(intended)
         if intended.action_id is None:
-            intended = intended.replace(action_id=_new_id())
+            intended = derive(intended, action_id=_new_id())
         blocked = dataclasses.replace(result, decision=Decision.BLOCK, action_id=intended.action_id)
         with self._lock(intended.task_id):
             self._activity[intended.task_id] = time.monotonic()
@@ -239,7 +248,7 @@ class Runner:
         """
         self._check_agent(intended)
         if intended.action_id is None:
-            intended = intended.replace(action_id=_new_id())
+            intended = derive(intended, action_id=_new_id())
         verdict = self._verdict(result)
         verdict["approved"] = True
         with self._lock(intended.task_id):
@@ -308,7 +317,7 @@ class Runner:
         meta = dict(intended.meta)
         meta["charter.outcome"] = Outcome.BLOCKED.value
         meta["charter.eval"] = verdict
-        recorded = self._commit(intended.replace(meta=meta, output=None))
+        recorded = self._commit(derive(intended, meta=meta, output=None))
         self.blocked += 1
         return dataclasses.replace(result, action_id=intended.action_id, recorded_seq=recorded.seq)
 
@@ -329,33 +338,48 @@ class Runner:
         tid = outcome.task_id
         with self._lock(tid):
             self._activity[tid] = time.monotonic()
+            extra: dict[str, Any] = {}
             aid = outcome.action_id
             if aid is not None and "charter.eval" not in outcome.meta:
                 intent = self.engine.open_intent(tid, aid)
                 if intent is not None and "charter.eval" in intent.meta:
-                    outcome = _with_meta(outcome, {"charter.eval": intent.meta["charter.eval"]})
-            return self._commit(outcome)
+                    extra["charter.eval"] = intent.meta["charter.eval"]
+            return self._commit(outcome, extra)
 
-    def _commit(self, outcome: Behavior) -> Behavior:
-        """Record into the engine and hand the wire form to the writer; task lock held."""
+    def _commit(self, outcome: Behavior, extra: dict[str, Any] | None = None) -> Behavior:
+        """Record into the engine and hand the wire form to the writer; task lock held.
+
+        `extra` is added to the outcome's meta. All changes are made in one unvalidated copy
+        (see `derive`): the caller's behavior was validated when it was built.
+        """
         tid = outcome.task_id
         engine = self.engine
         checkpoint = engine.checkpoint(tid) if self._sync and self._writer.enabled else None
         recorded: list[Behavior] = []
+        extra = dict(extra) if extra else {}
         try:
             if outcome.kind in CLOSING_KINDS and engine.task_state(tid) == "open":
                 for intent in engine.open_intents(tid):
                     abandoned = _with_meta(intent, {"charter.outcome": Outcome.ABANDONED.value})
-                    recorded.append(engine.record(abandoned))
-                history = engine.get_history(tid)
-                count = (history[-1].seq or len(history)) + 1 if history else 1
-                outcome = _with_meta(outcome, {"charter.chain": {"final": True, "count": count}})
+                    recorded.append(engine.record(derive(abandoned, seq=engine.next_seq(tid))))
+                # The closing record is the chain's last; its seq is the chain's length.
+                extra["charter.chain"] = {"final": True, "count": engine.next_seq(tid)}
+            changes: dict[str, Any] = {}
+            if extra:
+                meta = dict(outcome.meta)
+                meta.update(extra)
+                changes["meta"] = meta
+            if outcome.seq is None:
+                # Numbered here so the engine does not make a validated copy just for the seq.
+                changes["seq"] = engine.next_seq(tid)
+            if changes:
+                outcome = derive(outcome, **changes)
             recorded.append(engine.record(outcome))
         except BaseException:
             if checkpoint is not None:
                 engine.rollback(checkpoint)
             raise
-        wires = [self._wire(b) for b in recorded]
+        wires = [wire_form(b) for b in recorded]  # the writer redacts them
         if checkpoint is not None:
             try:
                 self._writer.write_now(wires)
@@ -371,11 +395,6 @@ class Runner:
             if ticket:
                 self._tickets[tid] = ticket
         return recorded[-1]
-
-    def _wire(self, b: Behavior) -> dict[str, Any]:
-        record = b.to_dict()
-        del record["seq"]  # the store numbers its chains
-        return self._redactor.redact(record)
 
     # -- task lifecycle -----------------------------------------------------------------------
 
@@ -595,10 +614,52 @@ class Runner:
         self.close()
 
 
+_FIELDS = tuple(f.name for f in dataclasses.fields(Behavior))
+_GET = operator.attrgetter(*_FIELDS)
+# The slot descriptors' own setters: frozen dataclasses refuse plain attribute assignment.
+_PUT = tuple(getattr(Behavior, name).__set__ for name in _FIELDS)
+
+
+def wire_form(b: Behavior) -> dict[str, Any]:
+    """`Behavior.to_dict()` without seq (the store numbers its chains), before redaction.
+
+    Same fields and timestamp text as to_dict; built here because strftime is the slowest
+    part of to_dict and behaviors are always UTC, so isoformat gives the same text.
+    """
+    ts = b.timestamp
+    stamp = ts.isoformat(timespec="microseconds") if ts.tzinfo is UTC else None
+    return {
+        "agent_id": b.agent_id,
+        "task_id": b.task_id,
+        "action_id": b.action_id,
+        "timestamp": stamp[:-6] + "Z" if stamp else format_timestamp(ts),
+        "kind": b.kind.value,
+        "verb": b.verb.value if b.verb is not None else None,
+        "step_name": b.step_name,
+        "input": b.input,
+        "output": b.output,
+        "properties": b.properties,
+        "meta": b.meta,
+    }
+
+
+def derive(b: Behavior, **changes: Any) -> Behavior:
+    """A copy of the already validated `b` with `changes`, skipping validation.
+
+    Only for values Charter made itself and knows to be I-JSON (verdicts, outcome and chain
+    markers, seq, captured output): validating a behavior deep-copies its payloads, which on
+    the hot path costs more than the evaluation. Never for anything a caller handed in raw.
+    """
+    new = object.__new__(Behavior)
+    for name, value, put in zip(_FIELDS, _GET(b), _PUT, strict=True):
+        put(new, changes.get(name, value))
+    return new
+
+
 def _with_meta(b: Behavior, extra: Mapping[str, Any]) -> Behavior:
     meta = dict(b.meta)
     meta.update(extra)
-    return b.replace(meta=meta)
+    return derive(b, meta=meta)
 
 
 def _register(runner: Runner) -> None:

@@ -8,8 +8,8 @@ defines the shapes and scans for them.
 
 Scanning uses RE2, so time is linear in the length of the text whatever the input: an agent
 can hand us arbitrary strings and no pattern here can be made to backtrack. All shapes are
-compiled into one alternation with a named group per shape, so an ordinary scan is a single
-pass over the text.
+compiled into one alternation (a named group per shape, stripped for speed; see
+``_Scanner``), so an ordinary scan is a single pass over the text.
 
 What a finding covers:
 
@@ -23,15 +23,18 @@ What a finding covers:
   is reported under the more specific shape (``github_token``), provided that shape was
   among those asked for.
 
-Assignments (``password``/``secret``/``api_key``/``token`` keys) deliberately skip values
-that read as code rather than data, because ``login(password=password)`` or
-``password: SecretStr`` are everywhere in the code agents write:
+Assignments (``password``/``secret``/``api_key``/``token`` keys) are where false positives
+live, because code is full of ``login(password=password)``, ``if token == "lambda"`` and
+``password: SecretStr``. A value counts only when it reads as data:
 
-* quoted values count when they are at least 6 characters and do not start like a
-  template or placeholder (``${...}``, ``{{...}}``, ``<...>``, ``%s``, ``***``) or a path;
-* unquoted values count when they are at least 6 characters and contain a digit or a
-  symbol (``hunter2!``), except after an UPPER_CASE env-style key (``DB_PASSWORD=...``),
-  where any 6 characters count;
+* it has at least 6 characters and does not start like a template or placeholder
+  (``${...}``, ``{{...}}``, ``<...>``, ``%s``, ``***``), a path or a colour (``#fff``);
+* it contains a digit or a symbol; unquoted, it must also end the word (``make_token(x)``
+  is a call), and a digit is not enough if it has a dot (``ed25519.Ed25519PrivateKey``);
+* unquoted after ``:``, a space must follow the colon (YAML, HTTP headers), which keeps
+  ARNs such as ``...:secret:name`` out;
+* in env-file form (UPPER_CASE key, ``=`` without spaces: ``DB_PASSWORD=...``) any value
+  of 6 characters or more counts, digits and symbols or not;
 * empty values, ``null``, ``None`` and ``~`` never count.
 """
 
@@ -599,8 +602,7 @@ _SHAPES_BY_NAME: dict[str, SecretShape] = {shape.name: shape for shape in SECRET
 
 def _combined(names: tuple[str, ...]) -> str:
     """One alternation of the named shapes, a named group each, in priority order."""
-    patterns = {shape.name: shape.pattern for shape in SECRET_SHAPES}
-    return "|".join(f"(?P<{name}>{patterns[name]})" for name in names)
+    return "|".join(f"(?P<{name}>{_SHAPES_BY_NAME[name].pattern})" for name in names)
 
 
 def _without_captures(pattern: str) -> str:
@@ -657,21 +659,13 @@ class _Scanner:
     that shape's own small regex.
     """
 
-    __slots__ = ("_candidates", "_names", "_refiner", "detector")
+    __slots__ = ("_names", "detector")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         import re2
 
         self._names = names
         self.detector: Any = re2.compile(_without_captures(_combined(names)), _options())
-        self._candidates: Any = re2.Set.FullMatchSet(_options())
-        for name in names:
-            self._candidates.Add(_without_captures(_SHAPES_BY_NAME[name].pattern))
-        self._candidates.Compile()
-        specific = tuple(name for name in names if name not in _CONTEXTUAL)
-        self._refiner: _Scanner | None = (
-            _scanner(specific) if specific and len(specific) < len(names) else None
-        )
 
     def _identify(self, text: str, start: int, end: int) -> tuple[str, Any, int]:
         """The shape whose alternative the detector matched at ``text[start:end]``.
@@ -686,7 +680,7 @@ class _Scanner:
         never lose the right one; still, the loop falls back to every shape, so a future
         pattern breaking that rule costs time, not correctness.
         """
-        found = self._candidates.Match(text[start:end]) or []
+        found = _candidate_set(self._names).Match(text[start:end]) or []
         # One character either side is all the context RE2's assertions look at. Passing
         # the whole text instead would make the binding re-encode it on every call, which
         # turns many findings in a long text quadratic.
@@ -706,11 +700,12 @@ class _Scanner:
             if group_start != -1:
                 start, end = left + group_start, left + int(match.end(group))
                 break
-        if self._refiner is not None and name in _CONTEXTUAL:
+        refiner = _refiner(self._names) if name in _CONTEXTUAL else None
+        if refiner is not None:
             # The value is judged on its own, so the context around it doesn't matter.
             value = text[start:end]
-            if self._refiner.detector.fullmatch(value) is not None:
-                return self._refiner._finding(value, 0, len(value), offset + start)
+            if refiner.detector.fullmatch(value) is not None:
+                return refiner._finding(value, 0, len(value), offset + start)
         return SecretFinding(name, start + offset, end + offset)
 
     def findall(self, text: str) -> list[SecretFinding]:
@@ -720,9 +715,29 @@ class _Scanner:
         ]
 
 
+# Built on first use, and the two helpers below only once a secret is found: compiling
+# the alternation is the expensive part of the first scan.
 @functools.cache
 def _scanner(names: tuple[str, ...]) -> _Scanner:
     return _Scanner(names)
+
+
+@functools.cache
+def _candidate_set(names: tuple[str, ...]) -> Any:
+    import re2
+
+    candidates = re2.Set.FullMatchSet(_options())
+    for name in names:
+        candidates.Add(_without_captures(_SHAPES_BY_NAME[name].pattern))
+    candidates.Compile()
+    return candidates
+
+
+@functools.cache
+def _refiner(names: tuple[str, ...]) -> _Scanner | None:
+    """The scanner that re-reads a contextual shape's value as a specific token."""
+    specific = tuple(name for name in names if name not in _CONTEXTUAL)
+    return _scanner(specific) if specific and len(specific) < len(names) else None
 
 
 @functools.cache
@@ -737,7 +752,15 @@ def _select(shapes: Collection[str] | None) -> _Scanner | None:
     if shapes is None:
         return _all_shapes_scanner()
     # A bare string is a Collection[str] of characters; read it as one shape name.
-    wanted = frozenset((shapes,) if isinstance(shapes, str) else shapes)
+    if isinstance(shapes, str):
+        shapes = (shapes,)
+    return _select_names(shapes if isinstance(shapes, tuple | frozenset) else tuple(shapes))
+
+
+@functools.cache
+def _select_names(shapes: tuple[str, ...] | frozenset[str]) -> _Scanner | None:
+    # Cached per distinct argument: a policy rule passes the same shapes on every call.
+    wanted = frozenset(shapes)
     unknown = sorted(wanted - _SHAPE_SET)
     if unknown:
         raise ValueError(

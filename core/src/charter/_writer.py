@@ -2,11 +2,12 @@
 
 Two durabilities:
 
-- ``buffered``: records go into a bounded in-memory queue and one daemon thread commits them
-  in batches (everything available, up to 500 per append). The agent never waits for I/O:
-  a full queue drops the new record and counts it. A failing append is retried (3 attempts,
-  short backoff); a batch that still fails is retried record by record, so one bad record
-  cannot take its neighbours with it; what still fails is dropped and counted.
+- ``buffered``: records go into a bounded in-memory queue and one daemon thread redacts and
+  commits them in batches (everything available, up to 500 per append). The agent never
+  waits for I/O: a full queue drops the new record and counts it. A failing append is
+  retried (3 attempts, short backoff); a batch that still fails is retried record by record,
+  so one bad record cannot take its neighbours with it; what still fails is dropped and
+  counted.
 - ``sync``: `write_now` appends in the caller's thread and raises on failure, so the runner
   can refuse the step and roll its history back.
 
@@ -64,6 +65,7 @@ class AuditWriter:
         exporters: Iterable[ExporterLike] = (),
         durability: str = "buffered",
         queue_size: int = 10_000,
+        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.location = location
         self.enabled = store is not None or location != "none"
@@ -73,6 +75,7 @@ class AuditWriter:
         self._store_error: str | None = None
         self._store_lock = threading.Lock()
         self._exporters = tuple(exporters)
+        self._prepare = prepare
         self._size = queue_size
         self._queue: deque[tuple[int, dict[str, Any]]] = deque()
         self._cond = threading.Condition(threading.Lock())
@@ -134,6 +137,8 @@ class AuditWriter:
     def submit(self, records: Sequence[dict[str, Any]]) -> int:
         """Queue `records` (buffered); returns the ticket to `wait` for, 0 when none was taken.
 
+        Records are prepared (redacted) by the writer thread before they are written.
+
         Never blocks and never raises: records that do not fit are dropped and counted.
         """
         if not self.enabled:
@@ -164,13 +169,16 @@ class AuditWriter:
         return ticket
 
     def write_now(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Append `records` atomically in this thread (sync durability) and export them.
+        """Prepare (redact) and append `records` atomically in this thread (sync durability),
+        then export them.
 
         Returns the chained records. Raises StoreError (or whatever the store raised) when the
         store cannot be opened or refuses: nothing was written in that case.
         """
         if not self.enabled or not records:
             return []
+        if self._prepare is not None:
+            records = [self._prepare(r) for r in records]
         try:
             store = self._store or self._open()
             chained = store.append(records)
@@ -203,6 +211,9 @@ class AuditWriter:
                 self._cond.notify_all()
 
     def _write_batch(self, records: list[dict[str, Any]]) -> None:
+        if self._prepare is not None:
+            # Redaction runs here, off the agent's thread; nothing unprepared is ever written.
+            records = [self._prepare(r) for r in records]
         for attempt in range(len(_BACKOFF) + 1):
             try:
                 store = self._store or self._open()

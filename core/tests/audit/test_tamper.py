@@ -93,6 +93,14 @@ def test_sqlite_untouched_verifies(db: tuple[Path, Records]) -> None:
     assert report.ok and (report.chains_checked, report.steps_checked) == (2, 10)
 
 
+def test_sqlite_vacuum_keeps_the_physical_order(db: tuple[Path, Records]) -> None:
+    path, _ = db
+    conn = sqlite3.connect(path)
+    conn.execute("VACUUM")
+    conn.close()
+    assert verify(path).ok
+
+
 def test_sqlite_edited_body(db: tuple[Path, Records]) -> None:
     path, _ = db
     _sql(path, f"UPDATE steps SET body = replace(body, '\"q3\"', '\"qX\"') WHERE {_where('t1', 4)}")

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from charter import Behavior, EvalContext, PolicyEngine, PolicyLoadError, PolicyResult
 
-CTX = EvalContext(agent_id="agent", task_id="t1", project_root="/work/proj")
+CTX = EvalContext(agent_id="agent", task_id="t1", project_root="/srv/app")
 
 
 def judge(
@@ -125,13 +125,13 @@ def path_result(path: Any, field: str = "input", **kw: Any) -> PolicyResult:
 @pytest.mark.parametrize(
     "path",
     [
-        "/work/proj",
-        "/work/proj/src/app.py",
+        "/srv/app",
+        "/srv/app/src/app.py",
         "src/app.py",
         "./src/../README.md",
-        "/work/proj//src///x",
-        "//work/proj/x",
-        "file:///work/proj/x",
+        "/srv/app//src///x",
+        "//srv/app/x",
+        "file:///srv/app/x",
     ],
 )
 def test_paths_inside_the_root(path: str) -> None:
@@ -142,10 +142,10 @@ def test_paths_inside_the_root(path: str) -> None:
     ("path", "resolved"),
     [
         ("/etc/passwd", "/etc/passwd"),
-        ("/work/proj/../etc/passwd", "/work/etc/passwd"),
-        ("../proj2/secret", "/work/proj2/secret"),
-        ("/work/proj2/x", "/work/proj2/x"),  # a sibling whose name starts with the root's
-        ("/work/projx", "/work/projx"),
+        ("/srv/app/../etc/passwd", "/srv/etc/passwd"),
+        ("../app2/secret", "/srv/app2/secret"),
+        ("/srv/app2/x", "/srv/app2/x"),  # a sibling whose name starts with the root's
+        ("/srv/appx", "/srv/appx"),
         ("src/../../../../etc", "/etc"),
         ("//etc/passwd", "/etc/passwd"),
         ("file:///etc/passwd", "/etc/passwd"),
@@ -155,17 +155,17 @@ def test_paths_outside_the_root(path: str, resolved: str) -> None:
     r = path_result(path)
     assert r.violated
     assert r.details == (
-        f"input.path {path!r} resolves to {resolved!r}, outside the project root (/work/proj)"
+        f"input.path {path!r} resolves to {resolved!r}, outside the project root (/srv/app)"
     )
 
 
 def test_home_expansion() -> None:
     r = path_result("~/.ssh/id_rsa")
     assert r.violated and "starts with '~' and the policy sets no `home`" in r.details
-    assert not path_result("~/src/x", params={"home": "/work/proj"}).violated
+    assert not path_result("~/src/x", params={"home": "/srv/app"}).violated
     r = path_result("~/.ssh/id_rsa", params={"home": "/home/me"})
     assert r.violated and "'/home/me/.ssh/id_rsa'" in r.details
-    r = path_result("~root/x", params={"home": "/work/proj"})
+    r = path_result("~root/x", params={"home": "/srv/app"})
     assert r.violated and "another user's home directory" in r.details
 
 
@@ -173,7 +173,7 @@ def test_no_project_root_known() -> None:
     ctx = EvalContext(agent_id="agent", task_id="t1")
     r = path_result("src/app.py", ctx=ctx)
     assert r.violated and "is relative and no project root is known" in r.details
-    r = path_result("/work/proj/x", ctx=ctx)
+    r = path_result("/srv/app/x", ctx=ctx)
     assert r.violated and "no project root is known and the policy lists no roots" in r.details
     assert not path_result("/tmp/scratch/x", ctx=ctx, params={"roots": ["/tmp/scratch"]}).violated
     r = path_result("x", ctx=ctx, params={"roots": ["/tmp/scratch"]})
@@ -183,9 +183,9 @@ def test_no_project_root_known() -> None:
 def test_extra_roots_and_their_prefix_trap() -> None:
     params = {"roots": ["/tmp/scratch/"]}
     assert not path_result("/tmp/scratch/a", params=params).violated
-    assert not path_result("/work/proj/a", params=params).violated
+    assert not path_result("/srv/app/a", params=params).violated
     r = path_result("/tmp/scratch2/a", params=params)
-    assert r.violated and "(/work/proj, /tmp/scratch)" in r.details
+    assert r.violated and "(/srv/app, /tmp/scratch)" in r.details
 
 
 def test_resolved_path_outside_while_the_path_looks_inside() -> None:

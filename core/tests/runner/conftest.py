@@ -8,9 +8,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import charter
+import pytest
 from charter import Runner, Settings, StoreError, VerifyReport
 from charter._audit import ChainHead, SQLiteStore
 

@@ -10,9 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import charter
+import pytest
 from charter import Governor, Runner, TaskClosedError
 
 

@@ -13,9 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import charter
+import pytest
 from charter import AuditError, BlockedError, Governor, Runner
 
 _SYNC_CHILD = textwrap.dedent(

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from charter import Behavior, Decision, Governor, Runner
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import warnings
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-import pytest
-
 import charter
+import pytest
 from charter import (
     Approval,
     ApprovalRequest,
@@ -58,10 +58,10 @@ def test_block_raises_before_the_body_and_is_recorded(
 ) -> None:
     g = gov()
     ran = []
+    step = g.step("step.exec", name="bash", input={"command": "rm -rf /"})
     with g.task("t1"):
-        with pytest.raises(PermissionError) as info:
-            with g.step("step.exec", name="bash", input={"command": "rm -rf /"}):
-                ran.append(1)
+        with pytest.raises(PermissionError) as info, step:
+            ran.append(1)
         assert isinstance(info.value, BlockedError)
         assert "\n" not in info.value.reason
         assert info.value.reason.startswith("blocked by policy 'no-rm' (critical)")
@@ -75,9 +75,9 @@ def test_a_failing_body_is_recorded_as_failed_and_reraised_unchanged(
 ) -> None:
     g = gov()
     boom = KeyError("missing")
-    with pytest.raises(KeyError) as info, g.task("t1"):
-        with g.step("step.resource", "GET", name="read", input={"path": "x"}):
-            raise boom
+    step = g.step("step.resource", "GET", name="read", input={"path": "x"})
+    with pytest.raises(KeyError) as info, g.task("t1"), step:
+        raise boom
     assert info.value is boom
     records = read_chain("t1")
     step, end = records[1], records[2]
@@ -91,11 +91,11 @@ def test_warn_proceeds_and_warns_once_per_policy(
     gov: Gov, caplog: pytest.LogCaptureFixture
 ) -> None:
     g = gov()
-    with g.task("t1"), pytest.warns(PolicyWarning) as caught:
-        with caplog.at_level(logging.WARNING, logger="charter"):
-            for _ in range(3):
-                with g.step("step.exec", name="bash", input={"command": "curl x"}) as s:
-                    assert s.result.decision is Decision.WARN
+    level = caplog.at_level(logging.WARNING, logger="charter")
+    with g.task("t1"), pytest.warns(PolicyWarning) as caught, level:
+        for _ in range(3):
+            with g.step("step.exec", name="bash", input={"command": "curl x"}) as s:
+                assert s.result.decision is Decision.WARN
     assert len([w for w in caught if issubclass(w.category, PolicyWarning)]) == 1
     assert "warn-curl" in str(caught[0].message)
     assert g.incidents == 3
@@ -114,9 +114,9 @@ def test_ask_approved_records_a_gate_bound_to_the_input(
 
     g = gov(approver=callback_approver(approve, by="alice"))
     ran = []
-    with g.task("t1"):
-        with g.step("step.resource", "DELETE", name="delete_row", input={"id": 7}) as s:
-            ran.append(s.result.decision)
+    step = g.step("step.resource", "DELETE", name="delete_row", input={"id": 7})
+    with g.task("t1"), step as s:
+        ran.append(s.result.decision)
     assert ran == [Decision.ASK]  # the policy still asks; the approval authorised this run
     assert asked[0].policies == ("ask-delete",)
     gate, step = read_chain("t1")[1:3]
@@ -166,10 +166,10 @@ def test_ask_denied_blocks_and_the_default_approver_denies(
     gov: Gov, read_chain: Callable[..., Any]
 ) -> None:
     g = gov(approver=callback_approver(lambda r: (False, "not today"), by="bob"))
-    with g.task("t1"):
-        with pytest.raises(BlockedError, match="approval denied by bob: not today"):
-            with g.step("step.resource", "DELETE", name="delete_row", input={"id": 1}):
-                pytest.fail("ran")
+    step = g.step("step.resource", "DELETE", name="delete_row", input={"id": 1})
+    denied = pytest.raises(BlockedError, match="approval denied by bob: not today")
+    with g.task("t1"), denied, step:
+        pytest.fail("ran")
     gate, blocked = read_chain("t1")[1:3]
     assert gate["output"]["decision"] == "deny"
     assert blocked["meta"]["charter.outcome"] == "blocked"
@@ -248,9 +248,9 @@ def test_steps_need_a_task_and_payloads_of_any_type_are_captured(
         def __repr__(self) -> str:
             return "<Opaque>"
 
-    with g.task("thread/with/slashes") as task:
-        with g.step("step.exec", name=len, input={"when": {1, 2}, "obj": Opaque()}) as s:
-            s.output = [1, 2]
+    step = g.step("step.exec", name=len, input={"when": {1, 2}, "obj": Opaque()})
+    with g.task("thread/with/slashes") as task, step as s:
+        s.output = [1, 2]
     assert task.task_id == charter.task_id_from("thread/with/slashes")
     step = read_chain(task.task_id)[1]
     assert step["input"] == {"when": [1, 2], "obj": "<Opaque>"}
@@ -332,13 +332,41 @@ def test_async_sync_durability_and_concurrent_tasks_keep_their_own_current_task(
 
 def test_governor_from_settings_and_status(tmp_path: Any) -> None:
     with Governor(policies=[], audit_location="none", approver=None) as g:
-        with g.task():
-            with warnings.catch_warnings():
-                warnings.simplefilter("error")
-                g.begin_step("step.exec", name="x").complete()
+        with g.task(), warnings.catch_warnings():
+            warnings.simplefilter("error")
+            g.begin_step("step.exec", name="x").complete()
         status = g.status()
         assert status["governor"]["approver"] == "deny_all"
         assert status["load_state"] == "none_configured"
         assert g.flush(1)
     with pytest.raises(ValueError, match="either runner= or setting keywords"):
         Governor(g.runner, policies=[])
+
+
+def test_warnings_point_at_the_callers_line(gov: Gov) -> None:
+    g = gov()
+    with g.task(), pytest.warns(PolicyWarning) as caught:
+        g.begin_step("step.exec", name="bash", input={"command": "curl x"}).complete()
+    assert caught[0].filename == __file__
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_console_approver_asks_only_on_a_terminal() -> None:
+    request = ApprovalRequest(
+        charter.Behavior(agent_id="a", task_id="t", kind="step.exec", step_name="bash"),
+        (),
+        "approval required by policy 'p'",
+    )
+    piped = charter.console_approver(request, stdin=io.StringIO("y\n"), stdout=io.StringIO())
+    assert not piped.approved and "not a terminal" in piped.why
+    shown = io.StringIO()
+    yes = charter.console_approver(request, stdin=_Terminal("yes\n"), stdout=shown)
+    assert yes.approved and yes.by.startswith("console:")
+    assert "approval required by policy 'p'" in shown.getvalue()
+    no = charter.console_approver(request, stdin=_Terminal("\n"), stdout=io.StringIO())
+    assert not no.approved
+    assert charter.deny_all(request).approved is False

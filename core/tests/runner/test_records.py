@@ -12,9 +12,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import charter
+import pytest
 from charter import AgentBindingError, Behavior, Decision, Runner
 
 

@@ -6,9 +6,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import charter
+import pytest
 from charter import BlockedError, Governor, Runner, canonical_digest
 
 _QUOTING = [

@@ -212,7 +212,9 @@ class ClaudeCode:
             text = (self.project / tool_input["file_path"]).read_text(encoding="utf-8")
             return {"type": "text", "file": {"filePath": tool_input["file_path"], "content": text}}
         if name == "Write":
-            (self.project / tool_input["file_path"]).write_text(tool_input["content"], encoding="utf-8")
+            (self.project / tool_input["file_path"]).write_text(
+                tool_input["content"], encoding="utf-8"
+            )
             return {"type": "create", "filePath": tool_input["file_path"]}
         if name == "WebFetch":
             return {"result": f"(offline) page {tool_input['url']}", "code": 200}
@@ -228,6 +230,22 @@ class ClaudeCode:
 @pytest.fixture
 def claude(project: Path, hook_env: dict[str, str]) -> ClaudeCode:
     return ClaudeCode(project, hook_env)
+
+
+@pytest.fixture
+def without_baseline(tmp_path: Path, hook_env: dict[str, str]) -> dict[str, str]:
+    """`hook_env` in which charter-baseline cannot be imported (as when not installed)."""
+    shadow = tmp_path / "shadow" / "charter_baseline"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text(
+        "raise ImportError(\"No module named 'charter_baseline'\")\n", encoding="utf-8"
+    )
+    return {**hook_env, "PYTHONPATH": str(shadow.parent)}
+
+
+@pytest.fixture
+def hook_path() -> str:
+    return hook_executable()
 
 
 @pytest.fixture
@@ -268,7 +286,12 @@ class Audit:
         for r in self.records(task_id):
             verdict = r["meta"].get("charter.eval") or {}
             out.append(
-                (r["kind"], r["step_name"], r["meta"].get("charter.outcome"), verdict.get("decision"))
+                (
+                    r["kind"],
+                    r["step_name"],
+                    r["meta"].get("charter.outcome"),
+                    verdict.get("decision"),
+                )
             )
         return out
 

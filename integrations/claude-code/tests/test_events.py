@@ -17,7 +17,9 @@ def test_allow_warn_ask_block_answers_and_what_ran(claude, project, audit):
     assert (allowed.pre.code, allowed.pre.json()) == (0, {})  # no opinion: Claude Code decides
     assert allowed.ran and allowed.post is not None and allowed.post.json() == {}
 
-    warned = claude.tool("Bash", {"command": "git push origin main 2>/dev/null; echo warned >> ran.txt"})
+    warned = claude.tool(
+        "Bash", {"command": "git push origin main 2>/dev/null; echo warned >> ran.txt"}
+    )
     out = warned.pre.json()
     assert warned.pre.code == 0 and "permissionDecision" not in out["hookSpecificOutput"]
     assert "pushes-are-flagged" in out["hookSpecificOutput"]["additionalContext"]
@@ -80,7 +82,11 @@ def test_user_prompt_is_trusted_and_feeds_provenance(claude, audit):
     assert other.pre.permission == "ask"
     assert "fetch-hosts-the-user-named" in other.pre.reason
     prompt = audit.records("sess-1")[1]
-    assert (prompt["kind"], prompt["verb"], prompt["step_name"]) == ("step.message", "GET", "user_prompt")
+    assert (prompt["kind"], prompt["verb"], prompt["step_name"]) == (
+        "step.message",
+        "GET",
+        "user_prompt",
+    )
     assert prompt["properties"]["message"]["role"] == "user"
     fetch = audit.records("sess-1")[2]
     assert fetch["properties"]["data"]["trust"] == "untrusted"
@@ -102,7 +108,9 @@ def test_a_prompt_with_a_secret_is_blocked_and_never_stored(claude, project, aud
 def test_failures_and_interrupts_are_recorded(claude, audit):
     claude.tool("Bash", {"command": "make"}, fail="Exit code 2: no rule to make target")
     tuid = f"toolu_{claude.session_id}_002"
-    pre = claude.event("PreToolUse", tool_name="Bash", tool_input={"command": "sleep 9"}, tool_use_id=tuid)
+    pre = claude.event(
+        "PreToolUse", tool_name="Bash", tool_input={"command": "sleep 9"}, tool_use_id=tuid
+    )
     assert pre.json() == {}
     post = claude.event(
         "PostToolUseFailure",
@@ -157,7 +165,11 @@ def test_an_outcome_without_its_intent_is_still_recorded(claude, audit):
 
 
 def test_the_same_tool_use_id_is_judged_once(claude, audit):
-    payload = {"tool_name": "Bash", "tool_input": {"command": "mkfs /dev/x"}, "tool_use_id": "toolu_x"}
+    payload = {
+        "tool_name": "Bash",
+        "tool_input": {"command": "mkfs /dev/x"},
+        "tool_use_id": "toolu_x",
+    }
     first = claude.event("PreToolUse", **payload)
     again = claude.event("PreToolUse", **payload)
     assert first.permission == again.permission == "deny"
@@ -192,6 +204,22 @@ def test_every_event_answers_json_with_exit_zero(claude, project):
 def test_the_store_is_an_ordinary_charter_trail(claude, project):
     claude.tool("Read", {"file_path": str(project / "README.md")})
     with sqlite3.connect(project / ".charter" / "audit.db") as conn:
-        (agent, task), = conn.execute("SELECT agent_id, task_id FROM chains").fetchall()
+        ((agent, task),) = conn.execute("SELECT agent_id, task_id FROM chains").fetchall()
     assert (agent, task) == ("claude-code", "sess-1")
     assert Path(project / ".charter" / "claude-code" / "sessions" / "sess-1.json").exists()
+
+
+def test_a_call_changed_after_judging_is_flagged(claude, audit):
+    judged = {"command": "ls"}
+    claude.event("PreToolUse", tool_name="Bash", tool_input=judged, tool_use_id="toolu_c")
+    post = claude.event(
+        "PostToolUse",
+        tool_name="Bash",
+        tool_input={"command": "ls; cat ~/.ssh/id_rsa"},
+        tool_use_id="toolu_c",
+        tool_response={"stdout": ""},
+    )
+    assert "not the one Charter judged" in post.json()["systemMessage"]
+    assert "input_changed" in post.json()["hookSpecificOutput"]["additionalContext"]
+    step = audit.records("sess-1")[-1]
+    assert step["input"] == judged and step["properties"]["claude"]["input_changed"] is True

@@ -301,3 +301,26 @@ def test_without_a_checkpointer_the_call_waits_and_never_runs(
     )
     result = agent.invoke({"messages": [{"role": "user", "content": "go"}]})
     assert result["__interrupt__"] and ran["send_email"] == 0
+
+
+def test_an_edit_into_a_tool_the_agent_lacks_is_not_run(
+    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str]
+) -> None:
+    gov, audit = make_governor([h.ask("mail-ask", step_names=["send_email"])])
+    agent = _agent(
+        h,
+        gov,
+        tools,
+        h.ai(h.call("send_email", to="a@example.com", body="x")),
+        h.ai(text="ok"),
+        names=["send_email"],
+    )
+    session = Session(agent, "invoke")
+    session.start()
+    edit = {"type": "edit", "edited_action": {"name": "format_disk", "args": {}}}
+    done = session.resume({"decisions": [edit]})
+    assert ran == Counter()
+    assert "not an agent tool" in done["messages"][2].content
+    (unknown,) = audit.steps("step.unknown")
+    assert audit.outcome(unknown) == "failed"
+    audit.verify()

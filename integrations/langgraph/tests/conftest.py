@@ -95,8 +95,7 @@ def trail(audit: str, governors: list[charter.Governor]) -> Trail:
 def steps(records: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:
     """(kind, step_name, outcome) of each record, for compact assertions."""
     return [
-        (r["kind"], r["step_name"], (r.get("meta") or {}).get("charter.outcome"))
-        for r in records
+        (r["kind"], r["step_name"], (r.get("meta") or {}).get("charter.outcome")) for r in records
     ]
 
 

@@ -161,9 +161,7 @@ def test_each_run_of_a_node_needs_its_own_approval(settings, governors, trail, l
     assert gates == ["a", "b"]
 
 
-def test_the_gate_is_idempotent_when_the_node_pauses_again_itself(
-    settings, governors, trail, lg
-):
+def test_the_gate_is_idempotent_when_the_node_pauses_again_itself(settings, governors, trail, lg):
     bodies: list[str] = []
 
     def pay(state: State) -> dict[str, Any]:

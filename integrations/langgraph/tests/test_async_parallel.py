@@ -165,7 +165,6 @@ def test_parallel_branches_are_gated_independently(settings, governors, trail, l
     graph = charter_langgraph.govern(builder, **settings).compile()
     governors.append(charter_langgraph.governor_of(graph))
 
-    # Two static branches run in parallel too: one is refused, the other runs.
     out = graph.invoke({"items": ["a", "b", "c"], "done": []})
 
     assert sorted(ran) == ["a", "b", "c"]

@@ -290,7 +290,9 @@ def test_nodes_added_after_govern_are_governed_too(settings, governors, trail, l
         ran.append("late")
         return {}
 
-    governed.add_node("late", late, metadata={"charter": {"kind": "step.resource", "verb": "DELETE"}})
+    governed.add_node(
+        "late", late, metadata={"charter": {"kind": "step.resource", "verb": "DELETE"}}
+    )
     governed.add_edge(START, "late")
     graph = governed.compile()
     governors.append(charter_langgraph.governor_of(graph))
@@ -307,7 +309,7 @@ def test_node_mapping_is_checked_when_the_graph_is_governed(settings):
         charter_langgraph.govern(builder, nodes={"charge": "step.resource"}, **settings)
     with pytest.raises(ValueError, match=r"did you mean step\.resource"):
         charter_langgraph.govern(builder, nodes={"charge": ("step.resorce", "POST")}, **settings)
-    with pytest.raises(ValueError, match="takes no verb|does not take verb"):
+    with pytest.raises(ValueError, match=r"does not take verb"):
         charter_langgraph.govern(builder, nodes={"charge": ("step.exec", "POST")}, **settings)
     governed = charter_langgraph.govern(
         builder, nodes={"chrage": ("step.resource", "POST")}, **settings

@@ -262,7 +262,11 @@ def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
 
 
 def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
-    """Chain a prepared entry onto `head`: seq = head.seq + 1, prev_hash = head.hash."""
+    """Chain a prepared entry onto `head`: seq = head.seq + 1, prev_hash = head.hash.
+
+    Returns the chained record and its canonical bytes (the stored line/body). Never raises:
+    everything that can be refused was refused by prepare_entry.
+    """
     seq = head.seq + 1
     low, mid, high, top = prepared.groups
     if head.hash is None:

@@ -7,11 +7,11 @@ its records are durable (synchronous=FULL: a commit survives power loss).
 
 Schema (PRAGMA application_id 0x43485452 "CHTR", PRAGMA user_version 1):
 
-    steps(agent_id, task_id, seq, hash, prev_hash, kind, timestamp, body)
-        UNIQUE(agent_id, task_id, seq); body is the record's canonical JSON including hash;
-        the implicit rowid gives physical (insertion) order.
-    chains(agent_id, task_id, head_seq, head_hash, closed)
-        UNIQUE(agent_id, task_id); rowid gives order of first appearance.
+    steps(id INTEGER PRIMARY KEY, agent_id, task_id, seq, hash, prev_hash, kind, timestamp,
+          body) UNIQUE(agent_id, task_id, seq); body is the record's canonical JSON including
+        hash; id (the rowid) gives physical (insertion) order.
+    chains(id INTEGER PRIMARY KEY, agent_id, task_id, head_seq, head_hash, closed)
+        UNIQUE(agent_id, task_id); id gives order of first appearance.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from charter._audit.base import (
@@ -52,7 +52,10 @@ SCHEMA_VERSION = 1
 _BUSY_TIMEOUT_MS = 30_000
 
 _SCHEMA = (
+    # An explicit INTEGER PRIMARY KEY keeps rowids (the physical order verify checks)
+    # stable across VACUUM, which may renumber implicit rowids.
     """CREATE TABLE steps (
+        id INTEGER PRIMARY KEY,
         agent_id TEXT NOT NULL,
         task_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
@@ -64,6 +67,7 @@ _SCHEMA = (
         UNIQUE (agent_id, task_id, seq)
     )""",
     """CREATE TABLE chains (
+        id INTEGER PRIMARY KEY,
         agent_id TEXT NOT NULL,
         task_id TEXT NOT NULL,
         head_seq INTEGER NOT NULL,
@@ -120,6 +124,9 @@ class SQLiteStore:
         try:
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._initialise(conn, create)
+        except sqlite3.OperationalError as exc:
+            conn.close()
+            raise StoreError(f"cannot open audit store {self._path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise StoreError(
@@ -190,19 +197,24 @@ class SQLiteStore:
         if not prepared:
             return []
         with self._connection() as conn:
-            _begin_write(conn)
             try:
+                _begin_write(conn)
                 rows, heads, chained = self._seal_batch(conn, prepared)
                 conn.executemany(_INSERT_STEP, rows)
                 conn.executemany(_UPSERT_HEAD, heads)
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 if isinstance(exc, sqlite3.IntegrityError):
                     raise StoreError(
                         f"audit store {self.location} refused the batch ({exc}): its chains "
                         "table disagrees with the stored records (run verify); nothing was written"
+                    ) from None
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(
+                        f"audit store {self.location} could not append ({exc}); nothing was written"
                     ) from None
                 raise
         return chained
@@ -416,7 +428,8 @@ def _begin_write(conn: sqlite3.Connection) -> None:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
-                busy = exc.sqlite_errorcode in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                # Extended codes (SQLITE_BUSY_RECOVERY, ...) keep the primary code in the low byte.
+                busy = (exc.sqlite_errorcode & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
                 if not busy or time.monotonic() > deadline:
                     raise
             time.sleep(delay * random.uniform(0.5, 1.5))

@@ -5,7 +5,9 @@ SQLite rowid or JSONL line number) and call `check_chain` once per chain. The ru
 walking the chain in seq order and reporting only the first break:
 
 - malformed: the record cannot be read as a chained record (bad JSON, a missing or ill-typed
-  seq/hash/prev_hash, content that is not I-JSON).
+  seq/hash/prev_hash, content that is not I-JSON). A JSONL line that cannot even be
+  attributed to a chain is a break with empty agent/task ids and seq 0, except the file's
+  last line, which a crash mid-write leaves torn: that is only a warning.
 - inserted: two records carry the same seq; or a record follows the chain's end marker; or
   the last record's prev_hash does not link and its seq is beyond the recorded head; or (when
   the store's recorded head is exact, as in SQLite) records go beyond the recorded head.
@@ -206,24 +208,26 @@ def build_report(
 
 
 def verify(
-    location: str | os.PathLike[str] | AuditStore, task_id: str | None = None
+    location_or_store: str | os.PathLike[str] | AuditStore, task_id: str | None = None
 ) -> VerifyReport:
-    """Verify the store at `location` (a URL, a .db/.jsonl path, or an open store).
+    """Verify the store at a location (a URL, a .db/.jsonl path) or an open store.
 
-    A location is opened without creating anything and closed afterwards. Raises StoreError
-    when the file does not exist, is not a Charter store, cannot be read back (stdout), or
-    when `task_id` is given but not stored.
+    A location is opened without creating anything and closed afterwards; an open store is
+    verified in place and left open. Raises StoreError when the file does not exist, is not
+    a Charter store, cannot be read back (stdout), or when `task_id` is given but not stored.
     """
-    if isinstance(location, str | os.PathLike):
+    if isinstance(location_or_store, str | os.PathLike):
+        # Imported here: location imports the stores, and the stores import this module.
         from charter._audit.location import open_existing_store
 
-        store = open_existing_store(os.fspath(location))
+        store = open_existing_store(os.fspath(location_or_store))
         try:
             return store.verify(task_id)
         finally:
             store.close()
-    if not isinstance(location, AuditStore):
+    if not isinstance(location_or_store, AuditStore):
         raise StoreError(
-            f"cannot verify a {type(location).__name__}; pass a store location or an AuditStore"
+            f"cannot verify a {type(location_or_store).__name__}; "
+            "pass a store location or an AuditStore"
         )
-    return location.verify(task_id)
+    return location_or_store.verify(task_id)

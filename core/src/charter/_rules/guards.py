@@ -173,7 +173,7 @@ def _prepare_path_within(params: dict[str, Any]) -> _PathWithin:
 
 
 def _inside(path: str, root: str) -> bool:
-    # A plain prefix test would put /work/root2 inside /work/root.
+    # A plain prefix test would put /srv/app2 inside /srv/app.
     return path == root or path.startswith(root if root == "/" else root + "/")
 
 

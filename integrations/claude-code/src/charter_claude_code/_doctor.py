@@ -174,9 +174,7 @@ def diagnose(
             )
             continue
         if len(entries) > 1:
-            report.add(
-                "warn", f"hook {event}", f"registered {len(entries)} times; each one runs"
-            )
+            report.add("warn", f"hook {event}", f"registered {len(entries)} times; each one runs")
         else:
             report.add("ok", f"hook {event}", f"in {path}")
     pre = found.get("PreToolUse")

@@ -108,13 +108,15 @@ def handle_event(
     registered_as: str | None = None,
     environ: Mapping[str, str] | None = None,
     timings: dict[str, float] | None = None,
+    started: float | None = None,
 ) -> HookAnswer:
     """Judge and record one Claude Code hook event; returns the answer. Never raises.
 
     `event` is the parsed JSON from stdin; `registered_as` is the event the hook was
     installed for (``--event``), which decides the answer's shape when the input itself is
     unusable. Anything that keeps Charter from deciding becomes `failure` (PreToolUse:
-    deny; UserPromptSubmit: block; other events: a message to the user).
+    deny; UserPromptSubmit: block; other events: a message to the user). `started` is the
+    `time.monotonic()` at which the process started, from which `config.deadline` counts.
     """
     cfg = config or HookConfig()
     env = os.environ if environ is None else environ
@@ -122,7 +124,8 @@ def handle_event(
     try:
         name = _event_name(event, registered_as)
         assert isinstance(event, dict)
-        return _Call(event, name, cfg, env, timings).run()
+        deadline_at = (time.monotonic() if started is None else started) + cfg.deadline
+        return _Call(event, name, cfg, env, timings, deadline_at).run()
     except Exception as exc:  # the hook's one promise: never a crash, never a silent allow
         return failure(name, _describe(exc))
 
@@ -164,7 +167,9 @@ def _key(event: Mapping[str, Any]) -> str:
     tuid = event.get("tool_use_id")
     if isinstance(tuid, str) and tuid:
         return tuid
-    blob = json.dumps([event.get("tool_name"), event.get("tool_input")], sort_keys=True, default=str)
+    blob = json.dumps(
+        [event.get("tool_name"), event.get("tool_input")], sort_keys=True, default=str
+    )
     return "h-" + hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
@@ -182,8 +187,10 @@ class _Call:
         config: HookConfig,
         environ: Mapping[str, str],
         timings: dict[str, float] | None,
+        deadline_at: float,
     ) -> None:
         self.event = event
+        self.deadline_at = deadline_at
         self.name = name
         self.config = config
         self.environ = environ
@@ -207,24 +214,37 @@ class _Call:
     def run(self) -> HookAnswer:
         from charter_claude_code._state import session_key
 
-        key = session_key(self.session_id)
-        lock = SessionLock(self.state_dir / "sessions" / f"{key}.lock")
-        lock.acquire(max(0.1, self.config.deadline * 0.7))
-        self._time("lock")
+        # Building the runner (imports, policy compilation, opening the store) needs no
+        # session state, so it happens before the lock: parallel calls of one session then
+        # hold the lock only for restore, judge, record and save.
+        self._open_runner()
         try:
-            self._open_runner()
+            key = session_key(self.session_id)
+            lock = SessionLock(self.state_dir / "sessions" / f"{key}.lock")
+            # Wait for the lock only as long as leaves time to judge and record before the
+            # deadline, so a stuck sibling yields this precise reason, not the watchdog's.
+            margin = min(1.0, self.config.deadline * 0.2)
+            lock.acquire(max(0.05, self.deadline_at - time.monotonic() - margin))
+            self._time("lock")
             try:
                 self.state = SessionState.load(
                     self.state_dir / "sessions" / f"{key}.json", self.session_id
                 )
                 answer = self._dispatch()
+                self._note_head()
                 self.state.save()
                 self._time("save")
             finally:
-                self.runner.close(1.0)
+                lock.release()
         finally:
-            lock.release()
+            self.runner.close(1.0)
         return answer
+
+    def _note_head(self) -> None:
+        tid = self.state.task_id
+        history = self.runner.engine.get_history(tid) if tid else ()
+        if history:
+            self.state.head = max(self.state.head, history[-1].seq or 0)
 
     def _open_runner(self) -> None:
         import charter
@@ -252,9 +272,17 @@ class _Call:
         base = charter.task_id_from(self.session_id)
         tid = state.task_id or base
         while True:
-            records = store.read_task(tid, self.agent_id) if store.head(
-                self.agent_id, tid
-            ).seq else []
+            records = (
+                store.read_task(tid, self.agent_id) if store.head(self.agent_id, tid).seq else []
+            )
+            stored = records[-1].get("seq", 0) if records else 0
+            if tid == state.task_id and stored < state.head:
+                raise _Refusal(
+                    f"the audit store {self.runner.settings.audit_location} holds {stored} "
+                    f"steps of task {tid!r}, but {state.head} were recorded: the trail was "
+                    "deleted or replaced, and the history rules would start from nothing; "
+                    f"restore it, or delete {state.path} to start this session's history anew"
+                )
             if not records or records[-1].get("kind") not in closing:
                 break
             # The session's task was closed (SessionEnd) and the session goes on (resume):
@@ -267,6 +295,7 @@ class _Call:
                 self._time("restore")
                 return None
             state.generation = max(state.generation, 1) + 1
+            state.head = 0
             tid = f"{base}.{state.generation}"
         if records:
             self.runner.restore_task(records)
@@ -298,7 +327,11 @@ class _Call:
                 del state.intents[key]
                 state.pending.pop(key, None)
                 continue
-            self.runner.restore_intent(wire)
+            try:
+                self.runner.restore_intent(wire)
+            except ValueError:  # the same action twice: keep the first registration
+                del state.intents[key]
+                state.pending.pop(key, None)
         self.unrecorded = []
         for key, wire in list(state.pending.items()):
             if key not in state.intents:
@@ -469,6 +502,13 @@ class _Call:
             props = dict(intent.properties)
             props["claude"] = self._claude_props(unmatched=True)
             intent = intent.replace(properties=props)
+        changed = self._input_changed(intent, tool_input)
+        if changed:
+            props = dict(intent.properties)
+            claude = dict(props.get("claude") or {})
+            claude["input_changed"] = True
+            props["claude"] = claude
+            intent = intent.replace(properties=props)
         outcome = self._outcome(intent, failed)
         try:
             self.runner.record(outcome)
@@ -482,7 +522,23 @@ class _Call:
             return notice(self.name, message, context=message)
         state.intents.pop(key, None)
         self._time("record")
+        if changed:
+            # Another hook's updatedInput (or anything else) changed the call after Charter
+            # judged it: what ran was never judged, and the user must hear it.
+            message = (
+                f"Charter warning: the {tool_name} call that ran is not the one Charter "
+                "judged (its input was changed after PreToolUse, e.g. by another hook's "
+                "updatedInput); it is recorded with input_changed."
+            )
+            return notice(self.name, message, context=message)
         return silent()
+
+    def _input_changed(self, intent: Any, tool_input: dict[str, Any]) -> bool:
+        charter = self.charter
+        if intent.input is None:
+            return False
+        ran = charter.capture(tool_input)
+        return bool(charter.canonical_digest(ran) != charter.canonical_digest(intent.input))
 
     def _outcome(self, intent: Any, failed: bool) -> Any:
         charter = self.charter
@@ -586,9 +642,7 @@ def open_runner(
     """
     import charter
 
-    files = tuple(
-        f if os.path.isabs(f) else os.path.join(root, f) for f in config.policy_files
-    )
+    files = tuple(f if os.path.isabs(f) else os.path.join(root, f) for f in config.policy_files)
     source = policy_source(
         files,
         config.baseline,

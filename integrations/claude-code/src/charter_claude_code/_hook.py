@@ -159,6 +159,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     import time
 
     started = time.perf_counter()
+    started_mono = time.monotonic()
     raw_args = list(sys.argv[1:] if argv is None else argv)
     event_hint = _event_hint(raw_args)
     emitter = _Emitter(event_hint)
@@ -170,7 +171,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         answer = failure(event_hint, str(exc))
         emitter.emit(answer.exit_code, answer.stdout, answer.stderr)
     deadline = float(args.config_kw.get("deadline", 10.0))  # type: ignore[arg-type]
-    watchdog = threading.Timer(deadline, _timed_out, (emitter, deadline))
+    watchdog = threading.Timer(
+        max(0.0, deadline - (time.monotonic() - started_mono)), _timed_out, (emitter, deadline)
+    )
     watchdog.daemon = True
     watchdog.start()
     if args.doctor:
@@ -191,7 +194,9 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             answer = failure(event_hint, f"the hook input is not JSON ({exc})")
         else:
             config = HookConfig(**args.config_kw)  # type: ignore[arg-type]
-            answer = handle_event(event, config, registered_as=args.event, timings=timings)
+            answer = handle_event(
+                event, config, registered_as=args.event, timings=timings, started=started_mono
+            )
     except BaseException as exc:  # including KeyboardInterrupt: the answer still goes out
         from charter_claude_code._answers import failure
 

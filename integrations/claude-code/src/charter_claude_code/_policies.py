@@ -43,12 +43,7 @@ class PolicySource:
     described: tuple[str, ...]
 
 
-def baseline_policies(name: str) -> list[Any]:
-    """The policies of baseline `name`, from the charter-baseline package.
-
-    Raises ConfigError when the package is missing (naming the install command) or when it
-    refuses the name.
-    """
+def _baseline_module(name: str) -> Any:
     try:
         import charter_baseline  # type: ignore[import-not-found]
     except ImportError:
@@ -56,11 +51,37 @@ def baseline_policies(name: str) -> list[Any]:
             f"the baseline {name!r} needs the charter-baseline package, which is not installed "
             "in the hook's Python: pip install charter-baseline (or pass --policy FILE instead)"
         ) from None
+    return charter_baseline
+
+
+def baseline_policies(name: str) -> list[Any]:
+    """The policies of baseline `name` (``charter_baseline.load_baseline_policies``).
+
+    Raises ConfigError when the package is missing (naming the install command) or when it
+    refuses the name.
+    """
+    module = _baseline_module(name)
     try:
-        policies = charter_baseline.load_baseline_policies(name)
+        policies = module.load_baseline_policies(name)
     except Exception as exc:
         raise ConfigError(f"the baseline {name!r} could not be loaded: {exc}") from None
     return list(policies)
+
+
+def _baseline_file(name: str) -> str | None:
+    """The manifest file of baseline `name`, when the package exposes one.
+
+    A baseline is a shipped manifest; read as a file it goes through the same parse cache
+    and the same fail-mode handling as the user's own manifests.
+    """
+    module = _baseline_module(name)
+    locate = getattr(module, "baseline_path", None)
+    if locate is None:
+        return None
+    try:
+        return str(locate(name))
+    except Exception as exc:
+        raise ConfigError(f"the baseline {name!r} could not be loaded: {exc}") from None
 
 
 def policy_source(
@@ -70,8 +91,15 @@ def policy_source(
 
     Raises ConfigError for a missing baseline and when nothing is configured at all.
     """
-    inline: list[Any] = baseline_policies(baseline) if baseline else []
-    described = ([f"baseline {baseline}"] if baseline else []) + list(files)
+    inline: list[Any] = []
+    described = list(files)
+    if baseline:
+        found = _baseline_file(baseline)
+        if found is None:
+            inline = baseline_policies(baseline)
+        else:
+            files = [found, *files]
+        described.insert(0, f"baseline {baseline}")
     if not files:
         if not baseline:
             raise ConfigError(
@@ -111,7 +139,10 @@ def _manifests(
         except OSError:
             return None
     digests = [hashlib.sha256(data).hexdigest() for data in contents]
-    key = {"charter": charter_version, "files": [[f, d] for f, d in zip(files, digests, strict=True)]}
+    key = {
+        "charter": charter_version,
+        "files": [[f, d] for f, d in zip(files, digests, strict=True)],
+    }
     cache = None
     if cache_dir is not None:
         label = hashlib.sha256("\0".join(files).encode("utf-8", "surrogatepass")).hexdigest()

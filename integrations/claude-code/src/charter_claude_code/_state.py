@@ -118,12 +118,15 @@ class SessionState:
     `intents`: tool_use_id -> the intent a PreToolUse allowed (wire form, with its verdict).
     `asks`: tool_use_id -> {"step": wire form, "verdict": the ask verdict} awaiting the human.
     `pending`: tool_use_id -> an outcome whose recording failed, retried by the next call.
+    `head`: the highest seq of the task this session has seen stored; a store holding less
+    was deleted or replaced, and the session's history with it.
     """
 
     path: Path
     session_id: str
     task_id: str | None = None
     generation: int = 0
+    head: int = 0
     intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     asks: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -150,6 +153,7 @@ class SessionState:
                 session_id,
                 task_id=_optional_text(data.get("task_id")),
                 generation=int(data.get("generation", 0)),
+                head=int(data.get("head", 0)),
                 intents=_table(data.get("intents")),
                 asks=_table(data.get("asks")),
                 pending=_table(data.get("pending")),
@@ -169,6 +173,7 @@ class SessionState:
                 "session_id": self.session_id,
                 "task_id": self.task_id,
                 "generation": self.generation,
+                "head": self.head,
                 "intents": self.intents,
                 "asks": self.asks,
                 "pending": self.pending,

@@ -416,7 +416,7 @@ def _tripwire(governance: Governance | None) -> None:
     raise load().aborted(
         "blocked: this crew is governed by Charter but Charter's CrewAI hooks did not see its "
         "kickoff (were they removed, e.g. by clear_all_global_hooks(), or was the crew restored "
-        "from a checkpoint?); call charter_crewai.govern(crew, ...) again before kickoff"
+        "from a checkpoint?); call charter_crewai.govern(...) again before kickoff"
     )
 
 
@@ -657,7 +657,7 @@ class Governance:
             if missing:
                 raise RuntimeError(
                     f"Charter's CrewAI hooks for {', '.join(missing)} were removed from CrewAI's "
-                    "registry (clear_all_global_hooks()?); call charter_crewai.govern() again"
+                    "registry (clear_all_global_hooks()?); call charter_crewai.govern(...) again"
                 )
             _move_gates_last(crewai)
             _add_llm_hooks(_agents_of(owner, crewai))
@@ -831,6 +831,18 @@ class Governance:
                 if current.reason is not None:
                     raise self._blocked(current.reason)
                 return  # this very call is already gated (a router listed twice)
+        # Native tool calls get no after-model hook: settle the call that asked for this tool
+        # now, so the trail lists the model step before the tools it requested.
+        executor = getattr(getattr(ctx, "agent", None), "agent_executor", None)
+        if executor is not None:
+            with self._lock:
+                asked = self._models.get(id(executor))
+                if asked is not None and asked.key is executor:
+                    del self._models[id(executor)]
+                else:
+                    asked = None
+            if asked is not None:
+                self._settle_stale_model(asked)
         run: _Run | None = None
         try:
             run = self._run_for(owner)

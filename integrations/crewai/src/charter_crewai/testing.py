@@ -18,9 +18,9 @@ import threading
 import uuid
 from typing import Any
 
-from ._crewai import load
+from ._crewai import load as _load
 
-load()  # a missing CrewAI fails here with the install command, not deep in pydantic
+_load()  # a missing CrewAI fails here with the install command, not deep in pydantic
 
 from crewai.llms.base_llm import BaseLLM  # noqa: E402
 from pydantic import Field, PrivateAttr  # noqa: E402

@@ -21,7 +21,7 @@ __all__ = ["Claim", "claimed", "current_claim"]
 
 @dataclass(slots=True)
 class Claim:
-    """One gated call: `kind` is "model" or "tool"; a tool claim names its tool_call_id.
+    """One gated call: `kind` is "model" or "tool"; a tool claim names its call id and tool.
 
     `governor` and `task_id` let a handler that shares the middleware's Governor put the
     steps it does record (nested ones) into the middleware's task.
@@ -29,15 +29,21 @@ class Claim:
 
     kind: str
     call_id: str | None
+    name: str | None
     governor: Any
     task_id: str
     _taken: bool = False
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self, kind: str, call_id: str | None) -> bool:
-        """True (once) when this claim covers a `kind` run with `call_id`."""
-        if kind != self.kind or (kind == "tool" and call_id != self.call_id):
+    def take(self, kind: str, call_id: str | None, name: str | None = None) -> bool:
+        """True (once) when this claim covers a `kind` run with `call_id` (or, from a
+        langchain-core that does not pass tool call ids to callbacks, with `name`)."""
+        if kind != self.kind:
             return False
+        if kind == "tool":
+            same = call_id == self.call_id if call_id is not None else name == self.name
+            if not same:
+                return False
         with self._lock:
             if self._taken:
                 return False

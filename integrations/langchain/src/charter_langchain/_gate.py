@@ -60,6 +60,8 @@ class Gate:
         else:
             self.governor = charter.Governor(approver=approver, **settings)
         self.templates = Templates(self.governor.runner.settings.template_location)
+        self._ask_key: tuple[int, ...] | None = None
+        self._ask_selectors: list[charter.Selector] = []
 
     # -- deciding: fails closed -------------------------------------------------------------
 
@@ -88,6 +90,30 @@ class Gate:
             ) from None
         except Exception as exc:
             raise _cannot_judge(spec, exc) from exc
+
+    def may_ask(self, spec: StepSpec) -> bool:
+        """False when no loaded policy with ``action: ask`` selects `spec`, so `preview` can
+        be skipped. Errs towards True (a preview is only ever a cost, never a risk)."""
+        try:
+            policies = self.governor.runner.engine.policies
+            key = tuple(id(p) for p in policies)
+            if key != self._ask_key:
+                self._ask_selectors = [
+                    charter.Selector.from_params(p.match) for p in policies if p.action == "ask"
+                ]
+                self._ask_key = key
+            if not self._ask_selectors:
+                return False
+            probe = charter.Behavior(
+                agent_id=self.governor.runner.agent_id,
+                task_id="probe",
+                kind=spec.kind,  # type: ignore[arg-type]
+                verb=spec.verb,  # type: ignore[arg-type]
+                step_name=charter.step_name_from(spec.name),
+            )
+            return any(s.matches(probe) for s in self._ask_selectors)
+        except Exception:
+            return True
 
     def preview(self, spec: StepSpec, task_id: str) -> charter.EvalResult:
         """The decision on `spec` without recording anything; raises BlockedStepError when
@@ -210,4 +236,7 @@ def _with_model(
     merged = dict(props.get("model") or {})
     merged.update(charter.capture(dict(model)))
     props["model"] = merged
-    return handle.behavior.completed(payload).replace(properties=props)
+    meta = dict(handle.behavior.meta)
+    meta["charter.outcome"] = charter.Outcome.OK.value
+    # One replace, so the behavior is validated once (completed() then replace() is twice).
+    return handle.behavior.replace(output=payload, meta=meta, properties=props)

@@ -149,7 +149,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
         run, is_root = self._register(run_id, parent_run_id, root_name or spec.name, root_inputs)
         try:
             claim = current_claim()
-            if claim is not None and claim.take(claim_kind, call_id):
+            if claim is not None and claim.take(claim_kind, call_id, spec.name):
                 return  # the agent middleware gates and records this call
             props = dict(spec.properties)
             props["langchain"] = {

@@ -51,7 +51,7 @@ _NO_TASK = (
 )
 
 
-class CharterState(AgentState[Any]):
+class CharterState(AgentState):  # type: ignore[type-arg]
     """The middleware's private state: the open task's id and how many runs the thread had.
 
     Kept in the graph state (not in the middleware) so a run paused by an approval and
@@ -71,7 +71,7 @@ class _Admitted:
     edited: bool
 
 
-class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
+class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     """Gate and record an agent's model and tool calls; open and close a task per run.
 
     - ``before_agent`` opens the task: the first run on a thread uses
@@ -118,6 +118,7 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
         self.governor: charter.Governor = self._gate.governor
         self.on_block = on_block
         self.approval = approval
+        self._tools: dict[str, Any] = {}
 
     # -- the task -----------------------------------------------------------------------------
 
@@ -193,6 +194,8 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
 
     def _ask(self, spec: StepSpec, task_id: str, tool_call_id: str | None) -> Answer | None:
         """None when no approval is needed; else the reviewer's answer (pauses the run)."""
+        if not self._gate.may_ask(spec):
+            return None
         result = self._gate.preview(spec, task_id)
         if result.decision is not charter.Decision.ASK:
             return None
@@ -275,6 +278,9 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
     # -- model calls --------------------------------------------------------------------------
 
     def _model_spec(self, request: Any) -> StepSpec:
+        for tool in request.tools or ():
+            if isinstance(getattr(tool, "name", None), str):
+                self._tools[tool.name] = tool
         name, provider = model_identity(request.model)
         messages = list(request.messages)
         system = getattr(request, "system_message", None)
@@ -304,7 +310,7 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
             self._refused(task_id, blocked)
             return self._model_refusal(blocked)
         handle = admitted.handle
-        with claimed(Claim("model", None, self.governor, task_id)):
+        with claimed(Claim("model", None, None, self.governor, task_id)):
             try:
                 response = handler(request)
             except GraphBubbleUp:
@@ -335,7 +341,7 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
             await self._arefused(task_id, blocked)
             return self._model_refusal(blocked)
         handle = admitted.handle
-        with claimed(Claim("model", None, self.governor, task_id)):
+        with claimed(Claim("model", None, None, self.governor, task_id)):
             try:
                 response = await handler(request)
             except GraphBubbleUp:
@@ -375,9 +381,12 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
         call = {**request.tool_call, "name": spec.name, "args": dict(spec.input)}
         tool = request.tool
         if getattr(tool, "name", None) != spec.name:
-            available = getattr(request.runtime, "tools", None) or ()
+            # Newer tool nodes list their tools on the runtime; older ones do not, so the
+            # tools seen on model requests are the fallback.
+            available = [*(getattr(request.runtime, "tools", None) or ()), *self._tools.values()]
             tool = next((t for t in available if getattr(t, "name", None) == spec.name), None)
-        # tool=None makes the tool node answer "not a valid tool" instead of running one.
+            if tool is None:
+                raise LookupError(f"the reviewer's edit names {spec.name!r}, not an agent tool")
         return request.override(tool_call=call, tool=tool)
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
@@ -388,7 +397,6 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
                 raise BlockedStepError(_NO_TASK, kind="step.unknown")
             spec = self._tool_spec(request)
             admitted = self._admit(spec, task_id, request.tool_call)
-            to_run = self._to_run(request, admitted)
         except GraphBubbleUp:
             raise
         except BlockedStepError as blocked:
@@ -399,8 +407,13 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
             self._refused(task_id, blocked)
             return self._tool_refusal(request, blocked)
         handle = admitted.handle
+        try:
+            to_run = self._to_run(request, admitted)
+        except LookupError as exc:
+            self._gate.fail(handle, exc)
+            return self._tool_refusal(request, BlockedStepError(f"not run: {exc}"))
         call_id = str(request.tool_call.get("id") or "") or None
-        with claimed(Claim("tool", call_id, self.governor, task_id)):
+        with claimed(Claim("tool", call_id, admitted.spec.name, self.governor, task_id)):
             try:
                 result = handler(to_run)
             except GraphBubbleUp:
@@ -420,7 +433,6 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
                 raise BlockedStepError(_NO_TASK, kind="step.unknown")
             spec = self._tool_spec(request)
             admitted = await self._aadmit(spec, task_id, request.tool_call)
-            to_run = self._to_run(request, admitted)
         except GraphBubbleUp:
             raise
         except BlockedStepError as blocked:
@@ -431,8 +443,13 @@ class CharterMiddleware(AgentMiddleware[CharterState, Any, Any]):
             await self._arefused(task_id, blocked)
             return self._tool_refusal(request, blocked)
         handle = admitted.handle
+        try:
+            to_run = self._to_run(request, admitted)
+        except LookupError as exc:
+            await self._gate.afail(handle, exc)
+            return self._tool_refusal(request, BlockedStepError(f"not run: {exc}"))
         call_id = str(request.tool_call.get("id") or "") or None
-        with claimed(Claim("tool", call_id, self.governor, task_id)):
+        with claimed(Claim("tool", call_id, admitted.spec.name, self.governor, task_id)):
             try:
                 result = await handler(to_run)
             except GraphBubbleUp:

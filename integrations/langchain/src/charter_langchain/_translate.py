@@ -98,6 +98,19 @@ def message_json(message: Any) -> Any:
     return out
 
 
+def new_messages(messages: Sequence[Any]) -> Sequence[Any]:
+    """The messages after the model's last turn: what is new to it in this call.
+
+    The earlier ones are already in the audit trail (the model's own outputs, the tool
+    results, the first call's prompt), so recording only these keeps a long agent run linear
+    instead of quadratic in what is captured, redacted and hashed.
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        if getattr(messages[i], "type", None) == "ai":
+            return messages[i + 1 :]
+    return messages
+
+
 def model_step(
     name: str,
     provider: str | None,
@@ -106,7 +119,8 @@ def model_step(
     model_type: str = "chat",
     tools: Sequence[str] = (),
 ) -> StepSpec:
-    """A model call: ``step.model`` named after the model, the messages as input."""
+    """A model call: ``step.model`` named after the model; input = the messages new since the
+    model's last turn (all of them on the first call) and how many it is sent in all."""
     model: dict[str, Any] = {"name": name, "type": model_type}
     if provider:
         model["provider"] = provider
@@ -116,7 +130,10 @@ def model_step(
         "step.model",
         None,
         name,
-        {"messages": [message_json(m) for m in messages]},
+        {
+            "messages": [message_json(m) for m in new_messages(messages)],
+            "message_count": len(messages),
+        },
         {"model": model},
     )
 

@@ -9,7 +9,7 @@ into a LangGraph ``interrupt()`` answered with ``Command(resume=approve(...))``.
 from __future__ import annotations
 
 try:
-    import langgraph.graph  # noqa: F401
+    import langgraph.graph as _langgraph_graph  # noqa: F401
 except ImportError as exc:  # pragma: no cover - exercised only without langgraph
     raise ImportError(
         "charter_langgraph needs LangGraph; install it with `pip install charter-langgraph`"

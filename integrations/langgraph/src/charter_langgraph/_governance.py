@@ -289,9 +289,7 @@ class Governance:
             "task_id": tid,
         }
 
-    def _node_sync(
-        self, name: str, rule: NodeRule, inner: Any, input: Any, config: Any
-    ) -> Any:
+    def _node_sync(self, name: str, rule: NodeRule, inner: Any, input: Any, config: Any) -> Any:
         state, metadata = self._task(config)
         if state is not None and state.halted is not None:
             return None
@@ -303,9 +301,7 @@ class Governance:
                 )
             args = self._gate_args(name, rule, input, metadata, state.task_id)
             key = _path(metadata, name)
-            answer = self._ask_first(
-                state, key, lambda: self.governor.build_step(**args), name
-            )
+            answer = self._ask_first(state, key, lambda: self.governor.build_step(**args), name)
             with answering(answer):
                 handle = self.governor.begin_step(**args)
         except GraphBubbleUp:
@@ -336,9 +332,7 @@ class Governance:
                 )
             args = self._gate_args(name, rule, input, metadata, state.task_id)
             key = _path(metadata, name)
-            answer = self._ask_first(
-                state, key, lambda: self.governor.build_step(**args), name
-            )
+            answer = self._ask_first(state, key, lambda: self.governor.build_step(**args), name)
             with answering(answer):
                 handle = await self.governor.abegin_step(**args)
         except GraphBubbleUp:
@@ -431,9 +425,7 @@ class Governance:
         tool = str(call.get("name") or "unnamed")
         args = call.get("args")
         args = args if isinstance(args, Mapping) else {}
-        kind, verb, props, _ = resolve(
-            TEMPLATE_INTEGRATION, tool, args, overrides=self.templates
-        )
+        kind, verb, props, _ = resolve(TEMPLATE_INTEGRATION, tool, args, overrides=self.templates)
         own: dict[str, Any] = {"node": node}
         if isinstance(call.get("id"), str):
             own["tool_call_id"] = call["id"]
@@ -866,4 +858,3 @@ async def _apaused(graph: Any, config: dict[str, Any]) -> bool:
     except Exception as exc:
         contain(exc, "whether the run paused")
         return True
-

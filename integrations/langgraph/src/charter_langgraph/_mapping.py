@@ -43,9 +43,7 @@ def parse_rule(value: Any, where: str) -> NodeRule:
     elif isinstance(value, Mapping):
         unknown = sorted(set(value) - {"kind", "verb", "properties"})
         if unknown:
-            raise ValueError(
-                f"{where}: unknown key {unknown[0]!r}; use kind, verb and properties"
-            )
+            raise ValueError(f"{where}: unknown key {unknown[0]!r}; use kind, verb and properties")
         if "kind" not in value:
             raise ValueError(f"{where}: missing kind; write e.g. {{'kind': 'step.resource'}}")
         kind_text, verb_text = value["kind"], value.get("verb")
@@ -77,12 +75,13 @@ def parse_rule(value: Any, where: str) -> NodeRule:
         text = str(verb_text).upper()
         if text not in {v.value for v in allowed}:
             takes = "/".join(v.value for v in allowed) if allowed else "no verb (use None)"
-            raise ValueError(f"{where}: {kind.value} does not take verb {verb_text!r}; it takes {takes}")
+            raise ValueError(
+                f"{where}: {kind.value} does not take verb {verb_text!r}; it takes {takes}"
+            )
         verb = charter.Verb(text)
     elif allowed:
         raise ValueError(
-            f"{where}: {kind.value} needs a verb; use one of "
-            + ", ".join(v.value for v in allowed)
+            f"{where}: {kind.value} needs a verb; use one of " + ", ".join(v.value for v in allowed)
         )
     if not isinstance(properties, Mapping):
         raise ValueError(f"{where}: properties must be a mapping")

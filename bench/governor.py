@@ -1,0 +1,144 @@
+"""Governor benchmark: prints figures, asserts nothing.
+
+    uv run python bench/governor.py
+
+1. One full governed step through `Governor.step` (build the intent, evaluate with the 10
+   policies of bench/engine.py, register, record the outcome, redact, queue) with a buffered
+   SQLite store in a temporary directory: p50/p99 latency as the agent sees it.
+2. The same with sync durability (each outcome committed before the step returns).
+3. Throughput of the runner's batching path into SQLite, in steps/s: end to end
+   (`Runner.record` of completed steps, then `flush`), and the writer alone (wire records
+   built beforehand, submitted to the queue, then redacted, chained and committed in batches
+   by the writer thread until `flush` returns).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from charter import Behavior, Governor, Runner, Settings
+from charter._runner import wire_form
+from engine import POLICIES  # type: ignore[import-not-found]
+
+
+def _percentiles(samples: list[int]) -> tuple[float, float]:
+    samples = sorted(samples)
+    return samples[len(samples) // 2] / 1000, samples[int(len(samples) * 0.99)] / 1000
+
+
+def governed_steps(
+    location: str, durability: str, steps: int, per_task: int = 100
+) -> tuple[float, float]:
+    gov = Governor(
+        policies=POLICIES,
+        audit_location=location,
+        audit_durability=durability,
+        agent_id="bench",
+        queue_size=100_000,
+    )
+    clock = time.perf_counter_ns
+    samples: list[int] = []
+    done = 0
+    while done < steps:
+        with gov.task(name="bench"):
+            for i in range(min(per_task, steps - done)):
+                t0 = clock()
+                with gov.step(
+                    "step.exec", name="Bash", input={"command": f"ls -la src/{i}", "timeout": 30}
+                ) as s:
+                    s.output = {"stdout": "a.py\nb.py\n", "exit_code": 0}
+                samples.append(clock() - t0)
+            done += per_task
+    gov.close()
+    return _percentiles(samples[len(samples) // 10 :])  # the first tenth warms caches
+
+
+def _completed(n: int, task_id: str) -> list[Behavior]:
+    return [
+        Behavior(
+            agent_id="bench",
+            task_id=task_id,
+            kind="step.exec",
+            step_name="Bash",
+            action_id=f"a{i}",
+            input={"command": f"ls -la src/{i}", "timeout": 30},
+            output={"stdout": "a.py\nb.py\n", "exit_code": 0},
+        )
+        for i in range(n)
+    ]
+
+
+def _runner(location: str) -> Runner:
+    return Runner(
+        Settings.from_sources(
+            policies=POLICIES, audit_location=location, agent_id="bench", queue_size=200_000
+        )
+    )
+
+
+def record_throughput(location: str, n: int, tasks: int = 10) -> float:
+    runner = _runner(location)
+    per_task = n // tasks
+    batches = []
+    for t in range(tasks):
+        tid = f"rec-{t}"
+        runner.record(Behavior(agent_id="bench", task_id=tid, kind="task.start", step_name="b"))
+        batches.append(_completed(per_task, tid))
+    runner.flush(60)
+    t0 = time.perf_counter()
+    for batch in batches:
+        for b in batch:
+            runner.record(b)
+    runner.flush(120)
+    elapsed = time.perf_counter() - t0
+    delivered = runner.status()["queue"]["delivered"]
+    runner.close()
+    return (delivered - tasks) / elapsed
+
+
+def writer_throughput(location: str, n: int, tasks: int = 10) -> float:
+    runner = _runner(location)
+    writer = runner._writer
+    wires: list[dict[str, Any]] = [
+        wire_form(b) for t in range(tasks) for b in _completed(n // tasks, f"w-{t}")
+    ]
+    t0 = time.perf_counter()
+    for start in range(0, len(wires), 100):
+        writer.submit(wires[start : start + 100])
+    writer.flush(120)
+    elapsed = time.perf_counter() - t0
+    delivered = writer.delivered
+    runner.close()
+    return delivered / elapsed
+
+
+def main() -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        loc: Callable[[str], str] = lambda name: f"sqlite:///{Path(tmp) / name}"  # noqa: E731
+        rows = [
+            (
+                "Governor.step, 10 policies, buffered SQLite",
+                *governed_steps(loc("a.db"), "buffered", 5000),
+            ),
+            ("Governor.step, 10 policies, sync SQLite", *governed_steps(loc("b.db"), "sync", 500)),
+        ]
+        print(f"{'measure':<46} {'p50 us':>9} {'p99 us':>9}")
+        for name, p50, p99 in rows:
+            print(f"{name:<46} {p50:>9.1f} {p99:>9.1f}")
+        print()
+        end_to_end = record_throughput(loc("c.db"), 50_000)
+        writer = writer_throughput(loc("d.db"), 100_000)
+        print(f"{'Runner.record -> SQLite (end to end)':<46} {end_to_end:>9,.0f} steps/s")
+        print(f"{'audit writer batches -> SQLite':<46} {writer:>9,.0f} steps/s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""LangChain agent benchmark: prints figures, asserts nothing.
+
+    uv run python bench/langchain_agent.py [--steps 50] [--runs 15]
+
+A `create_agent` graph driven by LangChain's fake chat model, scripted to call a tool on
+each of `--steps` turns and then answer. Measures the wall time of one whole run, ungoverned
+and governed (CharterMiddleware; CharterCallbackHandler; both together), plus a do-nothing
+middleware with the same hooks (LangChain's own middleware cost), with a realistic
+policy set and a buffered SQLite audit trail in a temporary folder, and prints the medians
+and the governed/ungoverned ratio (target: at most 1.15x for the middleware).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import charter
+from charter_langchain import CharterCallbackHandler, CharterMiddleware
+from charter_templates import resolve
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage
+from langchain_core.tools import tool
+
+POLICIES: list[dict[str, Any]] = [
+    {
+        "name": "no-destructive-shell",
+        "rule_type": "field_matches",
+        "severity": "critical",
+        "match": {"kinds": ["step.exec"]},
+        "params": {"field": "input.command", "pattern": r"\brm\s+-rf\s+/"},
+    },
+    {
+        "name": "deletes-need-approval",
+        "rule_type": "deny",
+        "severity": "high",
+        "action": "ask",
+        "match": {"kinds": ["step.resource"], "verbs": ["DELETE"]},
+    },
+    {
+        "name": "model-call-cap",
+        "rule_type": "max_steps",
+        "severity": "critical",
+        "match": {"kinds": ["step.model"]},
+        "params": {"max": 500, "select": {"kinds": ["step.model"]}},
+    },
+    {
+        "name": "token-budget",
+        "rule_type": "budget",
+        "severity": "critical",
+        "match": {"kinds": ["step.model"]},
+        "params": {
+            "field": "properties.model.usage.total_tokens",
+            "limit": 10_000_000,
+            "select": {"kinds": ["step.model"]},
+        },
+    },
+    {
+        "name": "known-tools",
+        "rule_type": "allow_only",
+        "severity": "high",
+        "match": {"kinds": ["step.resource", "step.unknown"]},
+        "params": {"tools": ["get_*", "lookup_*"]},
+    },
+]
+
+
+class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
+    """A middleware with the same hooks as CharterMiddleware that does nothing: what
+    LangChain's middleware machinery costs by itself."""
+
+    def before_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    def after_agent(self, state: Any, runtime: Any) -> None:
+        return None
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        return handler(request)
+
+
+class ScriptedModel(GenericFakeChatModel):
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Read the weather for a city."""
+    return f"sunny in {city}, 21 degrees, light wind from the west"
+
+
+def script(steps: int) -> list[AIMessage]:
+    usage = {"input_tokens": 120, "output_tokens": 30, "total_tokens": 150}
+    turns = [
+        AIMessage(
+            content="",
+            tool_calls=[{"name": "get_weather", "args": {"city": f"city-{i}"}, "id": f"c{i}"}],
+            usage_metadata=usage,
+            response_metadata={"finish_reason": "tool_calls"},
+        )
+        for i in range(steps)
+    ]
+    turns.append(AIMessage(content="Done.", usage_metadata=usage))
+    return turns
+
+
+def one_run(steps: int, mode: str, folder: Path, n: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one whole agent run in `mode`."""
+    gov = None
+    middleware: list[Any] = []
+    config: dict[str, Any] = {"recursion_limit": 4 * steps + 20}
+    if mode == "pass-through":
+        middleware = [PassThrough()]
+    elif mode != "ungoverned":
+        gov = charter.Governor(
+            policies=POLICIES,
+            agent_id="bench-bot",
+            audit_location=f"sqlite:///{folder}/audit-{mode}-{n}.db",
+        )
+        if mode in ("middleware", "both"):
+            middleware = [CharterMiddleware(gov)]
+        if mode in ("handler", "both"):
+            config["callbacks"] = [CharterCallbackHandler(gov)]
+    model = ScriptedModel(messages=iter(script(steps)))
+    agent = create_agent(model, [get_weather], middleware=middleware)
+    inputs = {"messages": [{"role": "user", "content": "Weather everywhere, please."}]}
+    gc.collect()
+    start, cpu = time.perf_counter(), time.process_time()
+    result = agent.invoke(inputs, config)
+    elapsed, used = time.perf_counter() - start, time.process_time() - cpu
+    assert result["messages"][-1].content == "Done."
+    if gov is not None:
+        gov.close(30)
+    return elapsed, used
+
+
+def resolve_cost() -> float:
+    """Microseconds per `charter_templates.resolve` call for the benchmark's tool."""
+    resolve("langchain", "get_weather", {"city": "Oslo"})
+    start = time.perf_counter()
+    for i in range(200):
+        resolve("langchain", "get_weather", {"city": f"city-{i}"})
+    return (time.perf_counter() - start) / 200 * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=50, help="tool-calling turns per run")
+    parser.add_argument("--runs", type=int, default=15, help="rounds (median taken)")
+    args = parser.parse_args()
+    modes = ("ungoverned", "pass-through", "middleware", "handler", "both")
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    ratios: dict[str, list[float]] = {m: [] for m in modes}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for mode in modes:
+            one_run(args.steps, mode, folder, -1)  # warm-up: imports, caches, first file
+        # Modes run interleaved, round by round, so a noisy neighbour hits them alike; the
+        # per-round ratio is what the target is about.
+        for n in range(args.runs):
+            order = random.sample(modes, len(modes))
+            got = {m: one_run(args.steps, m, folder, n) for m in order}
+            for m in modes:
+                wall[m].append(got[m][0])
+                cpu[m].append(got[m][1])
+                ratios[m].append(got[m][0] / got["ungoverned"][0])
+    steps = 2 * args.steps + 1
+    base_wall = statistics.median(wall["ungoverned"])
+    print(
+        f"scripted create_agent run: {args.steps} tool turns ({steps} governed steps), "
+        f"{args.runs} interleaved rounds, {len(POLICIES)} policies, buffered SQLite audit"
+    )
+    print("  mode         wall median   wall ratio (median of rounds)   CPU median   per step")
+    for m in modes:
+        w, c, r = (statistics.median(x[m]) for x in (wall, cpu, ratios))
+        per_step = "" if m == "ungoverned" else f"+{(w - base_wall) / steps * 1e6:6.0f} us"
+        print(f"  {m:<11} {w * 1e3:9.1f} ms   {r:5.2f}x   {c * 1e3:22.1f} ms   {per_step}")
+    print(f"  charter_templates.resolve: {resolve_cost():.0f} us per call (once per tool call)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""doctor: says when Claude Code would run ungoverned, and exits 1."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from charter_claude_code import install_hooks
+from charter_claude_code._cli import claude as claude_cli
+from click.testing import CliRunner
+
+
+def _doctor(project, settings, env):
+    out = CliRunner().invoke(
+        claude_cli,
+        ["doctor", "--project-dir", str(project), "--settings-file", str(settings)],
+        env=env,
+    )
+    return out.exit_code, out.output
+
+
+def test_a_good_install_passes(project, policy, hook_env):
+    settings = project / ".claude" / "settings.json"
+    install_hooks(settings, policy_files=[policy])
+    code, text = _doctor(project, settings, hook_env)
+    assert code == 0, text
+    assert "ok   hook PreToolUse" in text
+    assert "ok   policies: enforcing 12 from" in text
+    assert "ok   audit store: sqlite:///" in text
+    assert "is governed by Charter" in text
+
+
+def test_broken_installs_fail(project, policy, tmp_path, hook_env):
+    settings = project / ".claude" / "settings.json"
+    mine = tmp_path / "p.yaml"
+    shutil.copy(policy, mine)
+    install_hooks(settings, policy_files=[mine])
+    data = json.loads(settings.read_text())
+    del data["hooks"]["PostToolUse"]  # outcomes would never reach the trail
+    data["hooks"]["PreToolUse"][0]["matcher"] = "Bash"  # other tools would pass unjudged
+    data["hooks"]["Stop"][0]["hooks"][0]["timeout"] = 5  # under the hook's own deadline
+    settings.write_text(json.dumps(data, indent=2))
+    mine.unlink()  # the policies are gone
+    code, text = _doctor(project, settings, hook_env)
+    assert code == 1
+    assert "FAIL hook PostToolUse: not registered" in text
+    assert "FAIL hook PreToolUse: matcher 'Bash'" in text
+    assert "FAIL hook Stop: timeout 5 s is not above the hook's --deadline 10 s" in text
+    assert "would NOT be governed" in text
+
+
+def test_a_command_that_cannot_run_or_load_fails(project, policy, tmp_path, hook_env):
+    settings = project / ".claude" / "settings.json"
+    mine = tmp_path / "p.yaml"
+    shutil.copy(policy, mine)
+    install_hooks(settings, policy_files=[mine])
+    mine.write_text("name: x\nversion: 1\npolicies: []\n")
+    code, text = _doctor(project, settings, hook_env)
+    assert code == 1 and "FAIL policies: none" in text
+    mine.unlink()
+    code, text = _doctor(project, settings, hook_env)
+    assert (
+        code == 1 and "FAIL policies: unavailable" in text and "every tool call is denied" in text
+    )
+
+    install_hooks(settings, policy_files=[policy], python=str(tmp_path / "gone" / "python"))
+    code, text = _doctor(project, settings, hook_env)
+    assert code == 1 and "is not an executable absolute path" in text
+
+
+def test_disabled_hooks_fail(project, policy, hook_env):
+    settings = project / ".claude" / "settings.json"
+    install_hooks(settings, policy_files=[policy])
+    data = json.loads(settings.read_text())
+    data["disableAllHooks"] = True
+    settings.write_text(json.dumps(data))
+    code, text = _doctor(project, settings, hook_env)
+    assert code == 1 and "disableAllHooks is true" in text

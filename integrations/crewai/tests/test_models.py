@@ -1,0 +1,140 @@
+"""Model calls: one step.model each, gated before the call, with usage recorded after."""
+
+from __future__ import annotations
+
+import charter
+import pytest
+from charter_crewai import govern
+
+USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
+
+
+def max_model_calls(limit: int) -> dict:
+    return {
+        "name": "model-call-budget",
+        "rule_type": "max_steps",
+        "severity": "critical",
+        "params": {"max": limit, "select": {"kinds": ["step.model"]}},
+    }
+
+
+def test_a_model_call_budget_stops_a_looping_agent(build_crew, calling, audit, trail, ran):
+    # The model keeps asking for the weather and never answers; only Charter ends the loop.
+    cities = ["Paris", "Lyon", "Nice", "Metz", "Caen"]
+    crew, llm = build_crew(
+        [calling.tool("get_weather", city=c) for c in cities],
+        native=calling.native,
+        repeat_last=True,
+    )
+    handle = govern(crew, policies=[max_model_calls(3)], audit_location=audit)
+
+    with pytest.raises(charter.BlockedError) as blocked:
+        crew.kickoff()
+    handle.uninstall()
+
+    assert "model-call-budget" in blocked.value.reason
+    assert len(llm.calls) == 3  # the fourth call never reached the model
+    assert ran["get_weather"] == cities[:3]
+    steps = trail.summary(handle.task_ids[0])
+    assert [s for s in steps if s[0] == "step.model"] == [
+        ("step.model", "scripted-model", "ok"),
+        ("step.model", "scripted-model", "ok"),
+        ("step.model", "scripted-model", "ok"),
+        ("step.model", "scripted-model", "blocked"),
+    ]
+    assert steps[-1] == ("task.error", "crew", None)
+    error = trail.read(handle.task_ids[0])[-1]["output"]["error"]
+    assert error["type"] == "CharterBlocked"
+    assert trail.verify().ok
+
+
+def test_token_usage_is_recorded_and_feeds_a_token_budget(build_crew, calling, audit, trail):
+    crew, llm = build_crew(
+        [calling.tool("get_weather", city="Oslo")],
+        native=calling.native,
+        repeat_last=True,
+        usage=USAGE,
+    )
+    budget = {
+        "name": "token-budget",
+        "rule_type": "budget",
+        "severity": "critical",
+        "params": {
+            "field": "properties.model.usage.total_tokens",
+            "limit": 40,
+            "select": {"kinds": ["step.model"]},
+        },
+    }
+    handle = govern(crew, policies=[budget], audit_location=audit)
+
+    with pytest.raises(charter.BlockedError, match="token-budget"):
+        crew.kickoff()
+    handle.uninstall()
+
+    # 15 tokens a call: after three calls 45 > 40, so the fourth is refused.
+    assert len(llm.calls) == 3
+    models = [r for r in trail.read(handle.task_ids[0]) if r["kind"] == "step.model"]
+    assert [m["meta"]["charter.outcome"] for m in models] == ["ok", "ok", "ok", "blocked"]
+    for model in models[:3]:
+        assert model["properties"]["model"]["usage"]["total_tokens"] == 15
+        assert model["output"]["usage"]["prompt_tokens"] == 10
+    assert "usage" not in models[3]["properties"]["model"]
+
+
+def test_model_steps_carry_each_message_once(build_crew, calling, audit, trail):
+    crew, _llm = build_crew(
+        [calling.tool("get_weather", city="Oslo"), calling.final("sunny")], native=calling.native
+    )
+    handle = govern(crew, policies=[], audit_location=audit)
+
+    crew.kickoff()
+    handle.uninstall()
+
+    first, second = [r for r in trail.read(handle.task_ids[0]) if r["kind"] == "step.model"]
+    assert first["properties"]["model"] == {"name": "scripted-model", "provider": "openai"}
+    assert first["properties"]["crewai"]["agent_role"] == "cleaner"
+    assert first["input"]["message_count"] == len(first["input"]["messages"])
+    # The second call shows only what was added since the first: the tool call and result.
+    added = second["input"]["messages"]
+    assert second["input"]["message_count"] == first["input"]["message_count"] + len(added)
+    assert any("sunny in Oslo" in str(m.get("content")) for m in added)
+    if calling.native:
+        call = first["output"]["tool_calls"][0]["function"]
+        assert call["name"] == "get_weather"
+    else:
+        assert "Action: get_weather" in first["output"]["response"]
+    assert second["output"]["response"] == calling.final("sunny")
+
+
+def test_agents_that_ran_before_govern_are_gated_too(build_crew, calling, audit, ran):
+    # CrewAI copies the model-call hooks into an agent's executor when it first runs; an
+    # executor created before govern() must still reach Charter.
+    crew, llm = build_crew(
+        [calling.tool("get_weather", city="Oslo"), calling.final("sunny")],
+        native=calling.native,
+        repeat_last=True,
+    )
+    crew.kickoff()
+    calls_before = len(llm.calls)
+    govern(crew, policies=[max_model_calls(0)], audit_location=audit)
+
+    with pytest.raises(charter.BlockedError, match="model-call-budget"):
+        crew.kickoff()
+
+    assert len(llm.calls) == calls_before
+
+
+def test_a_failing_model_call_ends_the_task_with_its_error(build_crew, audit, trail):
+    crew, _llm = build_crew([])  # every call raises: the script is empty
+    handle = govern(crew, policies=[], audit_location=audit)
+
+    with pytest.raises(RuntimeError, match="ran out of responses"):
+        crew.kickoff()
+    handle.uninstall()
+
+    records = trail.read(handle.task_ids[0])
+    models = [r for r in records if r["kind"] == "step.model"]
+    assert models and {m["meta"]["charter.outcome"] for m in models} == {"abandoned"}
+    assert records[-1]["kind"] == "task.error"
+    assert records[-1]["output"]["error"]["type"] == "RuntimeError"
+    assert trail.verify().ok

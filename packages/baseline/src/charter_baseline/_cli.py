@@ -1,0 +1,71 @@
+"""``charter baseline list | show NAME | path NAME``, mounted by ``charter`` through the
+``charter.cli`` entry point group."""
+
+from __future__ import annotations
+
+import click
+
+__all__ = ["baseline"]
+
+
+@click.group(name="baseline", context_settings={"help_option_names": ["-h", "--help"]})
+def baseline() -> None:
+    """The shipped baseline policy sets (coding-agent, tool-agent)."""
+
+
+@baseline.command(name="list")
+def list_() -> None:
+    """List the baselines with their description and policy count."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from charter_baseline import baseline_description, baseline_names, load_baseline_policies
+
+    table = Table(show_lines=False)
+    table.add_column("baseline", no_wrap=True)
+    table.add_column("policies", justify="right")
+    table.add_column("description")
+    for name in baseline_names():
+        table.add_row(
+            name, str(len(load_baseline_policies(name))), baseline_description(name)
+        )
+    Console(highlight=False).print(table)
+
+
+@baseline.command()
+@click.argument("name")
+def show(name: str) -> None:
+    """Show each policy of baseline NAME: what it stops, its rule and severity."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from charter_baseline import baseline_description, baseline_path, load_baseline_policies
+
+    try:
+        path = baseline_path(name)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    out = Console(highlight=False)
+    out.print(f"[bold]{name}[/bold]  {path}", soft_wrap=True)
+    out.print(baseline_description(name))
+    table = Table(show_lines=True)
+    table.add_column("policy", no_wrap=True)
+    table.add_column("severity")
+    table.add_column("rule")
+    table.add_column("what it stops and why")
+    for p in load_baseline_policies(name):
+        severity = p.severity.value + (", asks" if p.action == "ask" else "")
+        table.add_row(p.name, severity, p.rule_type, p.description or "")
+    out.print(table)
+
+
+@baseline.command()
+@click.argument("name")
+def path(name: str) -> None:
+    """Print the manifest file of baseline NAME (for --policy, or to copy and adapt)."""
+    from charter_baseline import baseline_path
+
+    try:
+        click.echo(str(baseline_path(name)))
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
