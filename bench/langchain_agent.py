@@ -5,7 +5,8 @@
 A `create_agent` graph driven by LangChain's fake chat model, scripted to call a tool on
 each of `--steps` turns and then answer. Measures the wall time of one whole run, ungoverned
 and governed (CharterMiddleware; CharterCallbackHandler; both together), plus a do-nothing
-middleware with the same hooks (LangChain's own middleware cost), with a realistic
+middleware with the same hooks and a do-nothing callback handler (what LangChain's own
+machinery costs), with a realistic
 policy set and a buffered SQLite audit trail in a temporary folder, and prints the medians
 and the governed/ungoverned ratio (target: at most 1.15x for the middleware).
 """
@@ -26,6 +27,7 @@ from charter_langchain import CharterCallbackHandler, CharterMiddleware
 from charter_templates import resolve
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware
+from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
@@ -90,6 +92,12 @@ class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
         return handler(request)
 
 
+class Listener(BaseCallbackHandler):
+    """A callback handler that does nothing: what LangChain's callbacks cost by themselves."""
+
+    run_inline = True
+
+
 class ScriptedModel(GenericFakeChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
         return self
@@ -123,6 +131,8 @@ def one_run(steps: int, mode: str, folder: Path, n: int) -> tuple[float, float]:
     config: dict[str, Any] = {"recursion_limit": 4 * steps + 20}
     if mode == "pass-through":
         middleware = [PassThrough()]
+    elif mode == "listener":
+        config["callbacks"] = [Listener()]
     elif mode != "ungoverned":
         gov = charter.Governor(
             policies=POLICIES,
@@ -160,7 +170,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="tool-calling turns per run")
     parser.add_argument("--runs", type=int, default=15, help="rounds (median taken)")
     args = parser.parse_args()
-    modes = ("ungoverned", "pass-through", "middleware", "handler", "both")
+    modes = ("ungoverned", "pass-through", "middleware", "listener", "handler", "both")
     wall: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     ratios: dict[str, list[float]] = {m: [] for m in modes}

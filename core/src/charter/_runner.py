@@ -134,7 +134,9 @@ class Runner:
         """The evaluation context this runner builds from its settings for `task_id`."""
         ctx = self._contexts.get(task_id)
         if ctx is None:
-            ctx = self._contexts[task_id] = self._build_context(task_id)
+            ctx = self._build_context(task_id)
+            if task_id in self._activity:  # cached only for live tasks, forgotten at their end
+                self._contexts[task_id] = ctx
         return ctx
 
     def _build_context(self, task_id: str) -> EvalContext:
@@ -297,6 +299,11 @@ class Runner:
 
     def _verdict(self, result: EvalResult) -> dict[str, Any]:
         verdict = result.to_dict()
+        risk = verdict.get("risk_score")
+        if type(risk) is float and risk.is_integer():
+            # 0.0 and 0 are the same JSON number with the same canonical bytes, but the audit
+            # chain's fast encoder only takes floats without a trailing ".0".
+            verdict["risk_score"] = int(risk)
         if self.monitor:
             verdict["enforcement"] = "monitor"
         return verdict

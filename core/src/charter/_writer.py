@@ -30,6 +30,7 @@ __all__ = ["AuditWriter", "Exporter"]
 
 BATCH_MAX = 500
 _BACKOFF = (0.05, 0.2)
+_LINGER = 0.005
 
 
 @runtime_checkable
@@ -82,6 +83,7 @@ class AuditWriter:
         self._ticket = 0
         self._done = 0
         self._in_flight = 0
+        self._waiters = 0
         self._stopping = False
         self._closed = False
         self.queued = 0
@@ -198,6 +200,12 @@ class AuditWriter:
                     self._cond.wait()
                 if not self._queue:
                     return
+                linger = len(self._queue) < BATCH_MAX and not self._stopping and not self._waiters
+            if linger:
+                # Let a batch gather: woken per record, the writer would commit one record per
+                # transaction and take the GIL from the agent once per step.
+                time.sleep(_LINGER)
+            with self._cond:
                 count = min(len(self._queue), BATCH_MAX)
                 batch = [self._queue.popleft() for _ in range(count)]
                 self._in_flight = count
@@ -271,13 +279,17 @@ class AuditWriter:
             return True
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
-            while self._done < ticket:
-                if not self._thread.is_alive():
-                    return False
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._cond.wait(left if left is not None else 0.5)
+            self._waiters += 1  # the writer stops lingering while someone waits
+            try:
+                while self._done < ticket:
+                    if not self._thread.is_alive():
+                        return False
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left if left is not None else 0.5)
+            finally:
+                self._waiters -= 1
         return True
 
     def flush(self, timeout: float | None) -> bool:

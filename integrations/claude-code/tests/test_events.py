@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
-from pathlib import Path
-
-from charter_claude_code import HOOK_EVENTS
 
 
 def test_allow_warn_ask_block_answers_and_what_ran(claude, project, audit):
@@ -39,6 +35,11 @@ def test_allow_warn_ask_block_answers_and_what_ran(claude, project, audit):
     assert counter.read_text().split() == ["allowed", "warned"]
 
     assert claude.stop().json() == {}
+    with sqlite3.connect(project / ".charter" / "audit.db") as conn:
+        assert conn.execute("SELECT agent_id, task_id FROM chains").fetchall() == [
+            ("claude-code", "sess-1")
+        ]
+    assert (project / ".charter" / "claude-code" / "sessions" / "sess-1.json").exists()
     assert audit.summary("sess-1") == [
         ("task.start", "claude-code-session", None, None),
         ("step.exec", "Bash", "ok", "allow"),
@@ -164,16 +165,15 @@ def test_an_outcome_without_its_intent_is_still_recorded(claude, audit):
     assert step["properties"]["claude"]["unmatched"] is True
 
 
-def test_the_same_tool_use_id_is_judged_once(claude, audit):
-    payload = {
-        "tool_name": "Bash",
-        "tool_input": {"command": "mkfs /dev/x"},
-        "tool_use_id": "toolu_x",
-    }
-    first = claude.event("PreToolUse", **payload)
-    again = claude.event("PreToolUse", **payload)
-    assert first.permission == again.permission == "deny"
-    assert len(audit.records("sess-1")) == 2  # task.start and one blocked step
+def test_a_hook_registered_twice_judges_and_records_once(claude, audit):
+    # Charter installed in both the user and the project settings: every event comes twice.
+    blocked = {"tool_name": "Bash", "tool_input": {"command": "mkfs /dev/x"}, "tool_use_id": "t1"}
+    assert [claude.event("PreToolUse", **blocked).permission for _ in "ab"] == ["deny", "deny"]
+    allowed = {"tool_name": "Bash", "tool_input": {"command": "ls"}, "tool_use_id": "t2"}
+    assert [claude.event("PreToolUse", **allowed).json() for _ in "ab"] == [{}, {}]
+    for _ in "ab":
+        claude.event("PostToolUse", **allowed, tool_response={"stdout": ""})
+    assert [s[2] for s in audit.summary("sess-1")] == [None, "blocked", "ok"]
 
 
 def test_mcp_tools_map_through_the_generic_rules(claude, audit):
@@ -182,31 +182,6 @@ def test_mcp_tools_map_through_the_generic_rules(claude, audit):
     step = audit.records("sess-1")[-1]
     assert (step["kind"], step["verb"]) == ("step.resource", "DELETE")
     assert step["properties"]["tool"]["server"] == "github"
-
-
-def test_every_event_answers_json_with_exit_zero(claude, project):
-    # The install registers exactly these; each must answer in its own contract.
-    assert set(HOOK_EVENTS) == {
-        "PreToolUse",
-        "PostToolUse",
-        "PostToolUseFailure",
-        "UserPromptSubmit",
-        "SessionStart",
-        "SessionEnd",
-        "Stop",
-        "SubagentStop",
-    }
-    for result in (claude.start(), claude.prompt("hi"), claude.stop(), claude.end()):
-        assert result.code == 0
-        assert json.loads(result.stdout) == {}
-
-
-def test_the_store_is_an_ordinary_charter_trail(claude, project):
-    claude.tool("Read", {"file_path": str(project / "README.md")})
-    with sqlite3.connect(project / ".charter" / "audit.db") as conn:
-        ((agent, task),) = conn.execute("SELECT agent_id, task_id FROM chains").fetchall()
-    assert (agent, task) == ("claude-code", "sess-1")
-    assert Path(project / ".charter" / "claude-code" / "sessions" / "sess-1.json").exists()
 
 
 def test_a_call_changed_after_judging_is_flagged(claude, audit):

@@ -132,6 +132,8 @@ def test_install_refuses_what_it_cannot_merge(tmp_path, policy, monkeypatch):
     assert out.exit_code == 2 and "--policy FILE" in out.output
 
     base = ["install", "--settings-file", str(tmp_path / "s.json"), "--baseline", "coding-agent"]
+    out = cli.invoke(claude_cli, [*base, "--policy", str(policy)])
+    assert out.exit_code == 1 and "these repeat:" in out.output  # both name their path rules
     monkeypatch.setitem(sys.modules, "charter_baseline", None)  # as if not installed
     out = cli.invoke(claude_cli, base)
     assert out.exit_code == 1 and "pip install charter-baseline" in out.output

@@ -15,6 +15,19 @@ def test_all_names_resolve_and_nothing_else_is_public():
     assert dir(charter_claude_code) == sorted(charter_claude_code.__all__)
 
 
+def test_the_hook_handles_every_event_install_registers():
+    assert charter_claude_code.HOOK_EVENTS == (
+        "PreToolUse",
+        "PostToolUse",
+        "PostToolUseFailure",
+        "UserPromptSubmit",
+        "SessionStart",
+        "SessionEnd",
+        "Stop",
+        "SubagentStop",
+    )
+
+
 def test_importing_the_package_imports_no_charter():
     code = (
         "import sys, charter_claude_code; "

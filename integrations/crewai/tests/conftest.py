@@ -51,7 +51,6 @@ finally:
 
 import charter  # noqa: E402
 from charter.testing import charter_internal_errors  # noqa: E402, F401  (autouse fixture)
-
 from charter_crewai import _governance  # noqa: E402
 from charter_crewai.testing import (  # noqa: E402
     ScriptedLLM,
@@ -59,6 +58,15 @@ from charter_crewai.testing import (  # noqa: E402
     native_tool_call,
     react_tool_call,
 )
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # CrewAI reads its own deprecated fields on every kickoff; that noise is not ours.
+    for item in items:
+        if str(item.path).startswith(_HERE):
+            item.add_marker(pytest.mark.filterwarnings("ignore::DeprecationWarning:crewai"))
 
 
 @pytest.fixture(autouse=True)
@@ -211,7 +219,10 @@ class Trail:
 
     def summary(self, task_id: str) -> list[tuple[str, str, str | None]]:
         """(kind, step_name, outcome) per record; outcome None for task boundaries."""
-        return [(r["kind"], r["step_name"], r["meta"].get("charter.outcome")) for r in self.read(task_id)]
+        return [
+            (r["kind"], r["step_name"], r["meta"].get("charter.outcome"))
+            for r in self.read(task_id)
+        ]
 
     def verify(self) -> charter.VerifyReport:
         return charter.verify(self.location)

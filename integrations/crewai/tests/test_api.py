@@ -38,7 +38,7 @@ def test_importing_the_package_does_not_import_crewai():
 
 
 def test_govern_refuses_what_it_cannot_govern(build_crew, audit):
-    with pytest.raises(TypeError, match="takes a crewai.Crew or a crewai Agent, not str"):
+    with pytest.raises(TypeError, match=r"takes a crewai\.Crew or a crewai Agent, not str"):
         charter_crewai.govern("my crew", audit_location=audit)
     crew, _llm = build_crew(["unused"])
     governor = charter.Governor(policies=[], audit_location="none")
@@ -73,10 +73,10 @@ def test_a_missing_crewai_names_the_install_command(monkeypatch):
 
 
 def test_a_too_old_crewai_names_the_upgrade(monkeypatch):
-    monkeypatch.setattr(_crewai.metadata, "version", lambda name: "1.15.2")
+    monkeypatch.setattr(_crewai.metadata, "version", lambda name: "1.15.18")
     _crewai.load.cache_clear()
     try:
-        with pytest.raises(ImportError, match=r"supports CrewAI >=1\.15\.3,<2; crewai 1\.15\.2"):
+        with pytest.raises(ImportError, match=r"supports CrewAI >=1\.15\.19,<2; crewai 1\.15\.18"):
             _crewai.load()
     finally:
         monkeypatch.undo()

@@ -317,7 +317,7 @@ def test_a_governed_agent_inside_an_ungoverned_crew(build_crew, audit, trail, ra
 
 def test_crews_nobody_governs_are_left_alone(build_crew, audit, ran, deny, calling):
     governed, _ = build_crew([calling.final("done")], native=calling.native, name="governed")
-    other, other_llm = build_crew(
+    other, _other_llm = build_crew(
         [calling.tool("delete_file", path="/other"), calling.final("deleted")],
         native=calling.native,
         name="other",

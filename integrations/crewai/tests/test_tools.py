@@ -74,7 +74,9 @@ def test_blocked_tool_never_runs_and_the_agent_reads_why(
     assert trail.verify().ok
 
 
-def test_a_policy_rule_that_raises_still_blocks(build_crew, calling, audit, trail, ran, observation):
+def test_a_policy_rule_that_raises_still_blocks(
+    build_crew, calling, audit, trail, ran, observation
+):
     @charter.rule(
         name="crewai_test_exploding_rule", description="raises on every step", replace=True
     )

@@ -324,3 +324,49 @@ def test_an_edit_into_a_tool_the_agent_lacks_is_not_run(
     (unknown,) = audit.steps("step.unknown")
     assert audit.outcome(unknown) == "failed"
     audit.verify()
+
+
+def test_a_run_paused_in_one_process_resumes_in_another(
+    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str], tmp_path: Any
+) -> None:
+    """A persistent checkpointer lets the reviewer answer after a restart: the new process's
+    Governor rebuilds the task from the audit store and the chain goes on unbroken."""
+    location = f"sqlite:///{tmp_path}/shared.db"
+    saver = InMemorySaver()  # stands in for a persistent checkpointer
+    config = {"configurable": {"thread_id": "long-review"}}
+    policies = [h.ask("mail-ask", step_names=["send_email"])]
+
+    first = charter.Governor(policies=policies, audit_location=location, agent_id="test-bot")
+    agent = create_agent(
+        h.scripted(h.ai(h.call("send_email", to="a@example.com", body="x"))),
+        [tools["send_email"]],
+        middleware=[CharterMiddleware(first)],
+        checkpointer=saver,
+    )
+    agent.invoke({"messages": [{"role": "user", "content": "mail"}]}, config)
+    first.close(10)  # the process ends while the run waits for its reviewer
+
+    second = charter.Governor(policies=policies, audit_location=location, agent_id="test-bot")
+    agent = create_agent(
+        h.scripted(h.ai(text="sent")),
+        [tools["send_email"]],
+        middleware=[CharterMiddleware(second)],
+        checkpointer=saver,
+    )
+    done = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), config)
+    second.close(10)
+    assert done["messages"][-1].content == "sent" and ran["send_email"] == 1
+    store = charter.open_store(location)
+    try:
+        (task,) = [store.read_task(t.task_id, t.agent_id) for t in store.list_tasks()]
+    finally:
+        store.close()
+    assert [r["kind"] for r in task] == [
+        "task.start",
+        "step.model",
+        "step.gate",
+        "step.message",
+        "step.model",
+        "task.end",
+    ]
+    assert charter.verify(location).ok

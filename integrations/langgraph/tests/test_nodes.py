@@ -373,3 +373,48 @@ def test_a_governed_subgraph_joins_its_parents_task(settings, governors, trail, 
         ("step.exec", "sub", "ok"),
         ("task.end", "LangGraph", None),
     ]
+
+
+def test_without_usable_policies_nothing_runs(tmp_path, audit, governors, trail, lg):
+    ran: list[str] = []
+    graph = charter_langgraph.govern(
+        pipeline(ran),
+        policy_file=str(tmp_path / "missing.yaml"),
+        agent_id="graph-bot",
+        audit_location=audit,
+    ).compile()
+    governors.append(charter_langgraph.governor_of(graph))
+
+    out = graph.invoke({"count": 1, "log": []})
+
+    assert ran == []
+    assert "fail_mode is closed" in out["charter_blocked"]
+    assert lg.steps(trail())[1] == ("step.exec", "fetch", "blocked")
+
+
+def test_an_error_inside_the_gate_refuses_the_node(settings, governors, trail, monkeypatch):
+    ran: list[str] = []
+    graph = charter_langgraph.govern(pipeline(ran), on_block="raise", **settings).compile()
+    governor = charter_langgraph.governor_of(graph)
+    governors.append(governor)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("gate exploded")
+
+    monkeypatch.setattr(governor, "begin_step", broken)
+    with pytest.raises(charter.BlockedError, match="charter could not decide on node 'fetch'"):
+        graph.invoke({"count": 1, "log": []})
+
+    assert ran == []
+
+
+def test_a_stream_read_to_the_end_closes_the_task_once(settings, governors, trail, lg):
+    ran: list[str] = []
+    graph = charter_langgraph.govern(pipeline(ran), **settings).compile()
+    governors.append(charter_langgraph.governor_of(graph))
+
+    chunks = list(graph.stream({"count": 1, "log": []}, stream_mode="updates"))
+
+    assert [next(iter(c)) for c in chunks] == ["fetch", "charge", "ship"]
+    kinds = [k for k, _, _ in lg.steps(trail())]
+    assert kinds.count("task.start") == 1 and kinds.count("task.end") == 1

@@ -200,3 +200,37 @@ def test_a_tool_call_a_policy_asks_about_pauses_and_runs_once_approved(
     assert write["meta"]["charter.outcome"] == "ok"
     assert write["meta"]["charter.eval"]["approved"] is True
     assert len({r["task_id"] for r in records}) == 1
+
+
+def test_two_asking_calls_pause_one_after_the_other_in_call_order(settings, governors, trail, lg):
+    ran: list[str] = []
+    model = lg.scripted(
+        AIMessage(
+            content="",
+            tool_calls=[
+                lg.tool_call("write_file", {"path": "a", "text": "1"}, "w1"),
+                lg.tool_call("write_file", {"path": "b", "text": "2"}, "w2"),
+            ],
+        ),
+        "both handled",
+    )
+    graph = charter_langgraph.govern(agent_graph(model, make_tools(ran)), **settings).compile(
+        checkpointer=InMemorySaver()
+    )
+    governors.append(charter_langgraph.governor_of(graph))
+    config = {"configurable": {"thread_id": "two-asks"}}
+
+    first = graph.invoke({"messages": [HumanMessage("write a and b")]}, config)
+    assert first["__interrupt__"][0].value["step"]["tool_call_id"] == "w1"
+    second = graph.invoke(Command(resume=charter_langgraph.approve(by="a")), config)
+    assert second["__interrupt__"][0].value["step"]["tool_call_id"] == "w2"
+    out = graph.invoke(Command(resume=charter_langgraph.deny(by="b", why="not b")), config)
+
+    assert ran == ["write a"]
+    refusal = next(m for m in out["messages"] if isinstance(m, ToolMessage) and m.status == "error")
+    assert refusal.tool_call_id == "w2" and "approval denied by b: not b" in refusal.content
+    gates = [
+        (r["output"]["by"], r["output"]["decision"]) for r in trail() if r["kind"] == "step.gate"
+    ]
+    # The calls run in parallel, so their gates are recorded in either order.
+    assert sorted(gates) == [("a", "pass"), ("b", "deny")]

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 from charter import Behavior, Decision, EvalContext, EvalResult, PolicyEngine, canonical_digest
-from charter_baseline import load_baseline_policies
-from charter_templates import resolve
 
 # Fails any test in which Charter swallowed an internal error.
 from charter.testing import charter_internal_errors  # noqa: F401
+from charter_baseline import load_baseline_policies
+from charter_templates import resolve
 
 PROJECT = "/srv/shop"
 AGENT = "agent-under-test"
@@ -76,9 +76,7 @@ class Session:
             self.engine.record(b.completed(None, outcome="blocked"))
         return result
 
-    def tool(
-        self, name: str, args: dict[str, Any] | None = None, output: Any = None
-    ) -> EvalResult:
+    def tool(self, name: str, args: dict[str, Any] | None = None, output: Any = None) -> EvalResult:
         """A tool call, mapped to kind, verb and properties by the templates."""
         kind, verb, properties, _ = resolve(self.integration, name, args or {})
         b = self._behavior(kind, verb, name, input=args or {}, properties=properties)
@@ -93,7 +91,9 @@ class Session:
     def claude(self, tool: str, args: dict[str, Any], output: Any = None) -> EvalResult:
         """Any Claude Code tool call."""
         kind, verb, properties, _ = resolve("claude_code", tool, args)
-        return self.judge(self._behavior(kind, verb, tool, input=args, properties=properties), output)
+        return self.judge(
+            self._behavior(kind, verb, tool, input=args, properties=properties), output
+        )
 
     def user(self, text: str) -> EvalResult:
         """The user's own request: a trusted step.message GET with role user."""

@@ -104,13 +104,21 @@ def install(
             "would deny every tool call"
         )
     try:
-        if policies:
-            load_manifest_policies(list(policies))
+        names = [p.name for p in load_manifest_policies(list(policies))] if policies else []
         if baseline:
-            baseline_policies(baseline)
+            names += [p.name for p in baseline_policies(baseline)]
     except (PolicyLoadError, ConfigError) as exc:
         click.echo(f"charter claude install: {exc}", err=True)
         raise SystemExit(1) from None
+    clashes = sorted({n for n in names if names.count(n) > 1})
+    if clashes:
+        click.echo(
+            "charter claude install: policy names must be unique across the baseline and "
+            f"the files, and these repeat: {', '.join(clashes)}; rename them in your file "
+            "(or drop the policies the baseline already has)",
+            err=True,
+        )
+        raise SystemExit(1)
     path = _target(scope, project_dir, settings_file)
     try:
         result = install_hooks(

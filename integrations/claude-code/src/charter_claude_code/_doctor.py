@@ -254,7 +254,7 @@ def _check_command(
             "FAIL",
             "audit store",
             f"{store.get('location')}: "
-            + (store.get("detail") if not store.get("ok") else "not writable by this user"),
+            + (str(store.get("detail")) if not store.get("ok") else "not writable by this user"),
         )
     if status.get("payload_mode") != "full":
         report.add(

@@ -201,11 +201,12 @@ class _Call:
         self.cwd = cwd if isinstance(cwd, str) and cwd else self.root
         self.state_dir = state_dir(self.root)
         self.unrecorded: list[str] = []
-        self._mark = time.perf_counter()
+        self._mark = time.process_time()
 
     def _time(self, phase: str) -> None:
+        # CPU time, not wall time: on a loaded machine it is what an idle run would take.
         if self.timings is not None:
-            now = time.perf_counter()
+            now = time.process_time()
             self.timings[phase] = self.timings.get(phase, 0.0) + (now - self._mark) * 1000
             self._mark = now
 
@@ -497,7 +498,13 @@ class _Call:
             # No intent: the hooks were installed mid-call, or the PreToolUse answer came from
             # elsewhere. The call ran all the same, so history must have it.
             intent = self._build(tool_name, tool_input, tid)
-            if self._recorded(tid, intent.action_id) is not None:
+            earlier = self._recorded(tid, intent.action_id)
+            if earlier is not None:
+                if earlier.outcome is not charter.Outcome.ABANDONED:
+                    # Already recorded: a second registration of the hook (user and project
+                    # settings both) reports the same call twice.
+                    return silent()
+                # The turn ended (Stop) while it ran, e.g. in the background: late, not lost.
                 intent = intent.replace(action_id=f"{intent.action_id}.late")
             props = dict(intent.properties)
             props["claude"] = self._claude_props(unmatched=True)

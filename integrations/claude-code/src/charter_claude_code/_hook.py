@@ -14,6 +14,8 @@ Command line (written by ``charter claude install``)::
         [--agent-id ID] [--max-output-chars N] [--no-cache] [--doctor]
 
 ``--doctor`` prints the policy and store status as JSON instead of handling an event.
+With ``CHARTER_CLAUDE_TIMINGS=1`` in the environment the hook adds the CPU milliseconds of
+each phase to stderr (``charter-timings {...}``), for ``bench/claude_hook.py``.
 """
 
 from __future__ import annotations
@@ -170,15 +172,16 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
 
         answer = failure(event_hint, str(exc))
         emitter.emit(answer.exit_code, answer.stdout, answer.stderr)
+    if args.doctor:
+        # A diagnosis answers no event, so it needs no watchdog: it may take its time.
+        code, text = _doctor(args)
+        emitter.emit(code, text, "")
     deadline = float(args.config_kw.get("deadline", 10.0))  # type: ignore[arg-type]
     watchdog = threading.Timer(
         max(0.0, deadline - (time.monotonic() - started_mono)), _timed_out, (emitter, deadline)
     )
     watchdog.daemon = True
     watchdog.start()
-    if args.doctor:
-        code, text = _doctor(args)
-        emitter.emit(code, text, "")
     timings: dict[str, float] | None = {} if os.environ.get("CHARTER_CLAUDE_TIMINGS") else None
     try:
         import json
@@ -203,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         answer = failure(event_hint, f"internal error ({type(exc).__name__}: {exc})")
     stderr = answer.stderr
     if timings is not None:
-        timings["total"] = (time.perf_counter() - started) * 1000
+        timings["total_cpu"] = time.process_time() * 1000
+        timings["total_wall"] = (time.perf_counter() - started) * 1000
         stderr += "\ncharter-timings " + json.dumps({k: round(v, 2) for k, v in timings.items()})
     emitter.emit(answer.exit_code, answer.stdout, stderr)
 

@@ -45,7 +45,7 @@ class PolicySource:
 
 def _baseline_module(name: str) -> Any:
     try:
-        import charter_baseline  # type: ignore[import-not-found]
+        import charter_baseline
     except ImportError:
         raise ConfigError(
             f"the baseline {name!r} needs the charter-baseline package, which is not installed "

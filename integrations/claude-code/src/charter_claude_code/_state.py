@@ -99,16 +99,18 @@ try:
 except ImportError:  # Windows
     import msvcrt
 
+    _ms: Any = msvcrt  # type checkers on POSIX know no msvcrt.locking
+
     def _try_lock(fd: int) -> bool:
         try:
-            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            _ms.locking(fd, _ms.LK_NBLCK, 1)
         except OSError:
             return False
         return True
 
     def _unlock(fd: int) -> None:
         os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        _ms.locking(fd, _ms.LK_UNLCK, 1)
 
 
 @dataclass

@@ -15,11 +15,12 @@ from typing import Any
 from charter import BlockedError, EvalResult
 
 INSTALL = "pip install charter-crewai"
-# The generic interception dispatcher (execution, step, model and tool points, HookAborted
-# passing through executors and retries) arrived in 1.15.3; 1.15.2 and older have only the
-# legacy tool/LLM hooks and no kickoff or task boundaries.
-MIN_VERSION = (1, 15, 3)
-SUPPORTED = ">=1.15.3,<2"
+# The interception dispatcher (kickoff, task, model and tool points; HookAborted passing through
+# executors and retries) arrived in 1.15.3, but until 1.15.18 a HookAborted raised before a
+# model call was flattened into a retried ValueError, so a blocked model call could not reach
+# the caller as a BlockedError. 1.15.19 is the first release where every block does.
+MIN_VERSION = (1, 15, 19)
+SUPPORTED = ">=1.15.19,<2"
 
 
 @dataclass(frozen=True, slots=True)

@@ -79,7 +79,13 @@ def _report(exc: BaseException, where: str) -> None:
             first = kind not in _logged
             _logged.add(kind)
         log = logger.error if first else logger.debug
-        log("charter_crewai contained an error while %s: %s: %s", where, kind[1], exc, exc_info=first)
+        log(
+            "charter_crewai contained an error while %s: %s: %s",
+            where,
+            kind[1],
+            exc,
+            exc_info=first,
+        )
     except Exception:  # the reporter must never become the failure
         pass
 
@@ -114,7 +120,7 @@ class _Tool:
 @dataclass(eq=False, slots=True)
 class _Model:
     key: Any  # the executor (or message list) the call is paired by; kept alive
-    ctx: int
+    ctx: Any  # the hook context that opened it, kept alive so identity checks stay sound
     handle: StepHandle
     usage_before: dict[str, int] | None
     llm: Any
@@ -744,7 +750,7 @@ class Governance:
         try:
             with self._lock:
                 current = self._models.get(key)
-                if current is not None and current.ctx == id(ctx):
+                if current is not None and current.ctx is ctx:
                     return  # this very call is already gated (a router listed twice)
                 stale = self._models.pop(key, None)
             if stale is not None:
@@ -755,7 +761,7 @@ class Governance:
             before = self._usage(ctx)
             handle = self._begin(run, args)
             with self._lock:
-                self._models[key] = _Model(key_obj, id(ctx), handle, before, ctx.llm, count, run)
+                self._models[key] = _Model(key_obj, ctx, handle, before, ctx.llm, count, run)
         except self._crewai.hook_aborted:
             raise
         except BlockedError as blocked:
@@ -902,7 +908,9 @@ def _route_agent_governed(agent: Any, crewai: CrewAI) -> bool:
     return isinstance(crew, crewai.crew_type) and _alive_entry(crew) is not None
 
 
-def _signature(governor: Governor | None, approver: Any, settings: dict[str, Any]) -> tuple[Any, ...]:
+def _signature(
+    governor: Governor | None, approver: Any, settings: dict[str, Any]
+) -> tuple[Any, ...]:
     return (
         id(governor) if governor is not None else None,
         id(approver) if approver is not None else None,

@@ -14,9 +14,11 @@ from typing import Any
 
 import charter
 
-from ._contain import contain
+from ._contain import contain, logger
 from ._errors import BlockedStepError
 from ._translate import StepSpec, Templates
+
+_CLOSING = frozenset({"task.end", "task.error", "task.idle"})
 
 
 class RunNotFinishedError(RuntimeError):
@@ -62,6 +64,7 @@ class Gate:
         self.templates = Templates(self.governor.runner.settings.template_location)
         self._ask_key: tuple[int, ...] | None = None
         self._ask_selectors: list[charter.Selector] = []
+        self._ask_memo: dict[tuple[str, str | None, str], bool] = {}
 
     # -- deciding: fails closed -------------------------------------------------------------
 
@@ -98,20 +101,28 @@ class Gate:
             policies = self.governor.runner.engine.policies
             key = tuple(id(p) for p in policies)
             if key != self._ask_key:
+                # A reloaded policy set: rebuild the selectors and forget earlier answers.
                 self._ask_selectors = [
                     charter.Selector.from_params(p.match) for p in policies if p.action == "ask"
                 ]
+                self._ask_memo = {}
                 self._ask_key = key
             if not self._ask_selectors:
                 return False
-            probe = charter.Behavior(
-                agent_id=self.governor.runner.agent_id,
-                task_id="probe",
-                kind=spec.kind,  # type: ignore[arg-type]
-                verb=spec.verb,  # type: ignore[arg-type]
-                step_name=charter.step_name_from(spec.name),
-            )
-            return any(s.matches(probe) for s in self._ask_selectors)
+            memo_key = (spec.kind, spec.verb, spec.name)
+            found = self._ask_memo.get(memo_key)
+            if found is None:
+                probe = charter.Behavior(
+                    agent_id=self.governor.runner.agent_id,
+                    task_id="probe",
+                    kind=spec.kind,  # type: ignore[arg-type]
+                    verb=spec.verb,  # type: ignore[arg-type]
+                    step_name=charter.step_name_from(spec.name),
+                )
+                found = any(s.matches(probe) for s in self._ask_selectors)
+                if len(self._ask_memo) < 4096:
+                    self._ask_memo[memo_key] = found
+            return found
         except Exception:
             return True
 
@@ -151,6 +162,24 @@ class Gate:
     def task_state(self, task_id: str) -> str:
         """open, closing, ended or unknown."""
         return self.governor.runner.engine.task_state(task_id)
+
+    def restore(self, task_id: str) -> None:
+        """Rebuild `task_id` from the audit store when this Governor has never seen it but
+        the store holds it open: a run paused in one process and resumed in another (a
+        persistent checkpointer). Never raises; when nothing can be restored, the task stays
+        unknown and its steps are blocked."""
+        try:
+            if self.task_state(task_id) != "unknown":
+                return
+            runner = self.governor.runner
+            store = runner.store
+            if store is None:
+                return
+            records = store.read_task(task_id, runner.agent_id)
+            if records and records[-1].get("kind") not in _CLOSING:
+                runner.restore_task(records)
+        except Exception as exc:
+            logger.debug("charter-langchain: task %r not restored: %s", task_id, exc)
 
     # -- recording: contained -----------------------------------------------------------------
 

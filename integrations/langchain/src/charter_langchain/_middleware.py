@@ -180,6 +180,7 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         """Close this run's task with task.end."""
         task_id = _get(state, _TASK_KEY)
         if task_id:
+            self._gate.restore(task_id)
             self._gate.end_task(task_id, output=self._output(state))
         return {_TASK_KEY: None}
 
@@ -187,6 +188,7 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         """`after_agent` for async runs."""
         task_id = _get(state, _TASK_KEY)
         if task_id:
+            self._gate.restore(task_id)
             await self._gate.aend_task(task_id, output=self._output(state))
         return {_TASK_KEY: None}
 
@@ -295,6 +297,8 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Gate the model call; record its output, token usage and stop reason."""
         task_id = _get(request.state, _TASK_KEY)
+        if task_id:
+            self._gate.restore(task_id)
         try:
             if not task_id:
                 raise BlockedStepError(_NO_TASK, kind="step.model")
@@ -326,6 +330,8 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """`wrap_model_call` for async runs."""
         task_id = _get(request.state, _TASK_KEY)
+        if task_id:
+            self._gate.restore(task_id)
         try:
             if not task_id:
                 raise BlockedStepError(_NO_TASK, kind="step.model")
@@ -392,6 +398,8 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Gate the tool call (asking if a policy asks); record its result."""
         task_id = _get(request.state, _TASK_KEY)
+        if task_id:
+            self._gate.restore(task_id)
         try:
             if not task_id:
                 raise BlockedStepError(_NO_TASK, kind="step.unknown")
@@ -428,6 +436,8 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """`wrap_tool_call` for async runs."""
         task_id = _get(request.state, _TASK_KEY)
+        if task_id:
+            self._gate.restore(task_id)
         try:
             if not task_id:
                 raise BlockedStepError(_NO_TASK, kind="step.unknown")

@@ -26,6 +26,11 @@ import charter
 from charter_templates import TemplateSet, resolve
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+
+# RunnableCallable is what LangGraph makes of every node function (no public name): the
+# wrapper must be one too, so that LangGraph still finds a subgraph node's graph and injects
+# config/runtime/store/writer/error into the wrapped node as before.
+from langgraph._internal._runnable import RunnableCallable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.errors import GraphBubbleUp
 from langgraph.graph import END
@@ -34,7 +39,7 @@ from langgraph.types import Command, interrupt
 
 from ._answers import Answer, answering, question, read_answer
 from ._contain import contain
-from ._mapping import NodeRule, rule_for
+from ._mapping import NodeRule, check_table_names, rule_for
 
 # Callback/config metadata keys: the contract with other integrations (see the README).
 TASK_KEY = "charter_task_id"
@@ -155,8 +160,6 @@ class Governance:
 
     def wrap(self, builder: Any) -> None:
         """Wrap every node and branch of `builder` not wrapped yet (compile may run again)."""
-        from ._mapping import check_table_names
-
         check_table_names(self.table, builder.nodes)
         self.state_keys = frozenset(builder.channels)
         for name, spec in builder.nodes.items():
@@ -191,8 +194,6 @@ class Governance:
     def _callable(
         self, name: str, inner: Any, func: Callable[..., Any], afunc: Callable[..., Any]
     ) -> Runnable[Any, Any]:
-        from langgraph._internal._runnable import RunnableCallable
-
         # Keep the inner node's sync/async shape: an async-only node stays async-only, so
         # LangGraph refuses (or allows) exactly what it did before.
         if isinstance(inner, RunnableCallable):
@@ -251,6 +252,8 @@ class Governance:
         """
         if self.ask != "interrupt" or not state.can_interrupt:
             return None
+        if key not in state.asked and not self._may_ask():
+            return None
         step = build()
         result = self.governor.runner.preview(step)
         if key not in state.asked and result.decision is not charter.Decision.ASK:
@@ -260,22 +263,24 @@ class Governance:
         value = interrupt(question(step, result, digest, node=node, tool_call_id=tool_call_id))
         return Answer(step.step_name, digest, read_answer(value, digest))
 
-    def _blocked(self, name: str, state: TaskState | None, reason: str) -> Any:
-        """A node the gate refused: end the run with the reason in state, or raise."""
+    def _may_ask(self) -> bool:
+        # Without an `action: ask` policy no step can ask, so the preview (a second
+        # evaluation per step) is skipped. A set reloaded meanwhile that asks is still safe:
+        # the gate then gets no answer and the approver (deny by default) decides.
+        return any(p.action == "ask" for p in self.governor.runner.engine.policies)
+
+    def _blocked(self, name: str, state: TaskState | None, exc: Exception) -> Any:
+        """A node the gate refused (`exc`: the block, or the error that kept the gate from
+        deciding): end the run with the reason in state, or raise a BlockedError."""
+        reason = _refused(exc, f"node {name!r}")
         if self.on_block == "raise":
-            raise charter.BlockedError(reason)
+            if isinstance(exc, charter.BlockedError):
+                raise exc
+            raise charter.BlockedError(reason) from exc
         if state is not None:
             state.halted = f"{name}: {reason}"
         update = {self.block_key: reason} if self.block_key in self.state_keys else None
         return Command(goto=END, update=update)
-
-    def _refused(self, exc: BaseException, what: str) -> str:
-        if isinstance(exc, charter.BlockedError):
-            return exc.reason
-        return (
-            f"charter could not decide on {what} ({type(exc).__name__}: {exc}); it did not run "
-            "(governance fails closed)"
-        )
 
     def _gate_args(
         self, name: str, rule: NodeRule, input: Any, metadata: Mapping[str, Any], tid: str
@@ -307,7 +312,7 @@ class Governance:
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return self._blocked(name, state, self._refused(exc, f"node {name!r}"))
+            return self._blocked(name, state, exc)
         try:
             output = inner.invoke(input, config)
         except BaseException as exc:
@@ -338,7 +343,7 @@ class Governance:
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return self._blocked(name, state, self._refused(exc, f"node {name!r}"))
+            return self._blocked(name, state, exc)
         try:
             output = await inner.ainvoke(input, config)
         except BaseException as exc:
@@ -461,7 +466,7 @@ class Governance:
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return self._tool_refusal(call, self._refused(exc, f"tool call {call.get('name')!r}"))
+            return self._tool_refusal(call, _refused(exc, f"tool call {call.get('name')!r}"))
         _mark_tool_run(config, call)
         try:
             result = execute(request)
@@ -486,7 +491,7 @@ class Governance:
         except GraphBubbleUp:
             raise
         except Exception as exc:
-            return self._tool_refusal(call, self._refused(exc, f"tool call {call.get('name')!r}"))
+            return self._tool_refusal(call, _refused(exc, f"tool call {call.get('name')!r}"))
         _mark_tool_run(config, call)
         try:
             result = await execute(request)
@@ -647,6 +652,16 @@ class Governance:
             if error is not None and isinstance(exc, Exception):
                 error.add_note(f"charter: the task's end could not be recorded: {exc}")
             raise
+
+
+def _refused(exc: BaseException, what: str) -> str:
+    """The one-line reason a step did not run: the block's, or why no decision was made."""
+    if isinstance(exc, charter.BlockedError):
+        return exc.reason
+    return (
+        f"charter could not decide on {what} ({type(exc).__name__}: {exc}); it did not run "
+        "(governance fails closed)"
+    )
 
 
 def _path(metadata: Mapping[str, Any], name: str) -> str:
@@ -842,9 +857,15 @@ def _latest(config: dict[str, Any]) -> dict[str, Any]:
     return {**config, "configurable": configurable}
 
 
+def _waiting(snapshot: Any) -> bool:
+    # Interrupts count on their own: langgraph 1.2.0 reports a task paused by a second
+    # interrupt() with no `next`.
+    return bool(snapshot.next) or any(task.interrupts for task in snapshot.tasks)
+
+
 def _paused(graph: Any, config: dict[str, Any]) -> bool:
     try:
-        return bool(graph.get_state(_latest(config)).next)
+        return _waiting(graph.get_state(_latest(config)))
     except Exception as exc:
         # Unknown: leave the task open (the idle sweeper closes it) rather than cut a chain
         # a resume would continue.
@@ -854,7 +875,7 @@ def _paused(graph: Any, config: dict[str, Any]) -> bool:
 
 async def _apaused(graph: Any, config: dict[str, Any]) -> bool:
     try:
-        return bool((await graph.aget_state(_latest(config))).next)
+        return _waiting(await graph.aget_state(_latest(config)))
     except Exception as exc:
         contain(exc, "whether the run paused")
         return True

@@ -7,8 +7,6 @@
 and why (``charter baseline show NAME``).
 """
 
-from __future__ import annotations
-
 from ._load import baseline_description, baseline_names, baseline_path, load_baseline_policies
 
 __all__ = [

@@ -18,6 +18,7 @@ def list_() -> None:
     """List the baselines with their description and policy count."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from charter_baseline import baseline_description, baseline_names, load_baseline_policies
 
@@ -27,7 +28,9 @@ def list_() -> None:
     table.add_column("description")
     for name in baseline_names():
         table.add_row(
-            name, str(len(load_baseline_policies(name))), baseline_description(name)
+            Text(name),
+            Text(str(len(load_baseline_policies(name)))),
+            Text(baseline_description(name)),
         )
     Console(highlight=False).print(table)
 
@@ -38,6 +41,7 @@ def show(name: str) -> None:
     """Show each policy of baseline NAME: what it stops, its rule and severity."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     from charter_baseline import baseline_description, baseline_path, load_baseline_policies
 
@@ -46,8 +50,8 @@ def show(name: str) -> None:
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     out = Console(highlight=False)
-    out.print(f"[bold]{name}[/bold]  {path}", soft_wrap=True)
-    out.print(baseline_description(name))
+    out.print(Text(f"{name}  {path}", style="bold"))
+    out.print(Text(baseline_description(name)))
     table = Table(show_lines=True)
     table.add_column("policy", no_wrap=True)
     table.add_column("severity")
@@ -55,7 +59,7 @@ def show(name: str) -> None:
     table.add_column("what it stops and why")
     for p in load_baseline_policies(name):
         severity = p.severity.value + (", asks" if p.action == "ask" else "")
-        table.add_row(p.name, severity, p.rule_type, p.description or "")
+        table.add_row(Text(p.name), Text(severity), Text(p.rule_type), Text(p.description or ""))
     out.print(table)
 
 

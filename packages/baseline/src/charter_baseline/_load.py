@@ -29,9 +29,7 @@ def baseline_path(name: str) -> Path:
     """
     names = baseline_names()
     if name not in names:
-        raise ValueError(
-            f"unknown baseline {name!r}; the shipped baselines are {', '.join(names)}"
-        )
+        raise ValueError(f"unknown baseline {name!r}; the shipped baselines are {', '.join(names)}")
     return _data() / f"{name}{_SUFFIX}"
 
 

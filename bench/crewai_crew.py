@@ -1,0 +1,198 @@
+"""CrewAI crew benchmark: prints figures, asserts nothing.
+
+    uv run python bench/crewai_crew.py [--steps 20] [--runs 11] [--path both]
+
+A one-agent, one-task crew driven by charter_crewai.testing.ScriptedLLM, scripted to call a
+tool on each of `--steps` turns and then answer, on CrewAI's ReAct path, its native
+function-calling path, or both. Measures the wall time of one whole kickoff ungoverned,
+with do-nothing hooks on the same eight interception points (CrewAI's own hook cost), and
+governed by charter_crewai.govern with a realistic policy set and a buffered SQLite audit
+trail in a temporary folder; prints the medians and the governed/ungoverned ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SCRATCH = tempfile.mkdtemp(prefix="charter-crewai-bench-")
+os.environ.update(
+    CREWAI_DISABLE_TELEMETRY="true",
+    OTEL_SDK_DISABLED="true",
+    CREWAI_TRACING_ENABLED="false",
+    CREWAI_STORAGE_DIR=os.path.join(SCRATCH, "crewai"),
+    HOME=SCRATCH,
+)
+
+import charter_crewai  # noqa: E402
+from charter_crewai.testing import (  # noqa: E402
+    ScriptedLLM,
+    final_answer,
+    native_tool_call,
+    react_tool_call,
+)
+from charter_templates import resolve  # noqa: E402
+from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.hooks.dispatch import InterceptionPoint, register, unregister  # noqa: E402
+from crewai.tools import tool  # noqa: E402
+
+POLICIES: list[dict[str, Any]] = [
+    {
+        "name": "no-destructive-shell",
+        "rule_type": "field_matches",
+        "severity": "critical",
+        "match": {"kinds": ["step.exec"]},
+        "params": {"field": "input.command", "pattern": r"\brm\s+-rf\s+/"},
+    },
+    {
+        "name": "deletes-need-approval",
+        "rule_type": "deny",
+        "severity": "high",
+        "action": "ask",
+        "match": {"kinds": ["step.resource"], "verbs": ["DELETE"]},
+    },
+    {
+        "name": "model-call-cap",
+        "rule_type": "max_steps",
+        "severity": "critical",
+        "match": {"kinds": ["step.model"]},
+        "params": {"max": 500, "select": {"kinds": ["step.model"]}},
+    },
+    {
+        "name": "token-budget",
+        "rule_type": "budget",
+        "severity": "critical",
+        "match": {"kinds": ["step.model"]},
+        "params": {
+            "field": "properties.model.usage.total_tokens",
+            "limit": 10_000_000,
+            "select": {"kinds": ["step.model"]},
+        },
+    },
+    {
+        "name": "known-tools",
+        "rule_type": "allow_only",
+        "severity": "high",
+        "match": {"kinds": ["step.resource", "step.unknown"]},
+        "params": {"tools": ["get_*", "lookup_*"]},
+    },
+]
+USAGE = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
+
+
+@tool("get_weather")
+def get_weather(city: str) -> str:
+    """Read the weather for a city."""
+    return f"sunny in {city}, 21 degrees, light wind from the west"
+
+
+def noop(ctx: Any) -> None:
+    return None
+
+
+def build(steps: int, native: bool) -> Crew:
+    if native:
+        turns: list[Any] = [
+            [native_tool_call("get_weather", {"city": f"city-{i}"})] for i in range(steps)
+        ]
+        turns.append("Done.")
+    else:
+        turns = [react_tool_call("get_weather", {"city": f"city-{i}"}) for i in range(steps)]
+        turns.append(final_answer("Done."))
+    llm = ScriptedLLM(model="bench-model", responses=turns, native=native, usage=USAGE)
+    agent = Agent(
+        role="forecaster",
+        goal="report the weather",
+        backstory="reads forecasts",
+        llm=llm,
+        tools=[get_weather],
+        max_iter=steps + 5,
+    )
+    task = Task(description="Weather everywhere.", expected_output="a report", agent=agent)
+    return Crew(agents=[agent], tasks=[task], name="bench-crew")
+
+
+def one_run(steps: int, native: bool, mode: str, folder: Path, n: int) -> float:
+    """Wall seconds of one kickoff in `mode`."""
+    crew = build(steps, native)
+    governance = None
+    if mode == "governed":
+        governance = charter_crewai.govern(
+            crew,
+            policies=POLICIES,
+            agent_id="bench-crew",
+            audit_location=f"sqlite:///{folder}/audit-{native}-{n}.db",
+        )
+    elif mode == "pass-through":
+        for point in InterceptionPoint:
+            register(point, noop)
+    gc.collect()
+    start = time.perf_counter()
+    result = crew.kickoff()
+    elapsed = time.perf_counter() - start
+    assert result.raw == "Done."
+    if governance is not None:
+        governance.uninstall()  # flushes the buffered trail, outside the timed kickoff
+    elif mode == "pass-through":
+        for point in InterceptionPoint:
+            unregister(point, noop)
+    return elapsed
+
+
+def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
+    modes = ("ungoverned", "pass-through", "governed")
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    ratios: dict[str, list[float]] = {m: [] for m in modes}
+    for mode in modes:
+        one_run(steps, native, mode, folder, -1)  # warm-up: first kickoff, first file
+    # Modes interleave round by round, so a noisy neighbour hits them alike; the per-round
+    # ratio is the figure.
+    for n in range(runs):
+        order = random.sample(modes, len(modes))
+        got = {m: one_run(steps, native, m, folder, n) for m in order}
+        for m in modes:
+            wall[m].append(got[m])
+            ratios[m].append(got[m] / got["ungoverned"])
+    governed_steps = 2 * steps + 3  # tool + model per turn, final model call, task, kickoff
+    base = statistics.median(wall["ungoverned"])
+    path = "native function calling" if native else "ReAct text"
+    print(f"{path}: {steps} tool turns ({governed_steps} governed steps), {runs} rounds")
+    print("  mode           wall median   ratio (median of rounds)   per governed step")
+    for m in modes:
+        w, r = statistics.median(wall[m]), statistics.median(ratios[m])
+        per_step = "" if m == "ungoverned" else f"+{(w - base) / governed_steps * 1e6:6.0f} us"
+        print(f"  {m:<13} {w * 1e3:9.1f} ms   {r:5.2f}x {per_step:>30}")
+
+
+def resolve_cost() -> float:
+    """Microseconds per `charter_templates.resolve` call (once per governed tool call)."""
+    resolve("crewai", "get_weather", {"city": "Oslo"})
+    start = time.perf_counter()
+    for i in range(200):
+        resolve("crewai", "get_weather", {"city": f"city-{i}"})
+    return (time.perf_counter() - start) / 200 * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="tool-calling turns per kickoff")
+    parser.add_argument("--runs", type=int, default=11, help="rounds (median taken)")
+    parser.add_argument("--path", choices=("react", "native", "both"), default="both")
+    args = parser.parse_args()
+    print(f"{len(POLICIES)} policies, buffered SQLite audit, CrewAI scripted offline")
+    with tempfile.TemporaryDirectory() as tmp:
+        for native in (False, True):
+            if args.path in ("both", "native" if native else "react"):
+                bench(args.steps, args.runs, native, Path(tmp))
+    print(f"charter_templates.resolve: {resolve_cost():.0f} us per call (once per tool call)")
+
+
+if __name__ == "__main__":
+    main()

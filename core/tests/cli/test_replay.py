@@ -1,0 +1,78 @@
+"""`charter replay`: same policies reproduce the recorded decisions; a changed policy set
+reports exactly the steps whose decision would change; monitor-mode verdicts compare too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import charter
+
+STRICTER = """\
+name: stricter
+version: 1
+policies:
+  - name: no-email-at-all
+    description: This agent may not send email.
+    rule_type: deny
+    severity: critical
+    match: {kinds: [step.message], verbs: [POST]}
+    params: {reason: email is switched off}
+"""
+
+
+def test_replaying_under_the_same_policies_changes_nothing(cli: Any, demo_run: Any) -> None:
+    run = cli(
+        "replay", "--policy", "baseline:tool-agent", "--agent", "demo-assistant",
+        "--fail-on-change", cwd=demo_run.directory,
+    )
+    assert run.code == 0, run
+    assert "6 judged step(s)" in run.out
+    assert "no decision would change" in run.out
+
+
+def test_a_stricter_policy_shows_what_it_would_block(cli: Any, demo_run: Any, tmp_path: Path) -> None:
+    (tmp_path / "stricter.yaml").write_text(STRICTER)
+    run = cli(
+        "replay", "--policy", str(tmp_path / "stricter.yaml"), "--json", "--fail-on-change",
+        "--store", str(demo_run.store), "--agent", "demo-assistant",
+    )
+    assert run.code == 1, run
+    changes = [json.loads(line) for line in run.out.splitlines()]
+    # The assistant sent one email; the other was refused by a person (ask, denied).
+    assert {(c["step_name"], c["old"], c["new"]) for c in changes} == {
+        ("send_email", "allow", "block"),
+        ("send_email", "ask", "block"),
+    }
+    denied = next(c for c in changes if c["old"] == "ask")
+    assert denied["answered"] == "denied"
+    assert "email is switched off" in denied["new_reason"]
+    table = cli("replay", "--policy", str(tmp_path / "stricter.yaml"), cwd=demo_run.directory)
+    # the coding agent's warning is gone too: the stricter set has no such policy
+    assert table.code == 0 and "3 decision(s) would change: 2 stricter, 1 looser" in table.out
+
+
+def test_replay_compares_what_monitor_mode_would_have_done(cli: Any, tmp_path: Path, policy_file: Path) -> None:
+    location = f"sqlite:///{tmp_path}/monitor.db"
+    ran = []
+    with charter.Governor(
+        policy_file=str(policy_file), enforcement="monitor", audit_location=location,
+        audit_durability="sync",
+    ) as gov, gov.task(name="monitored") as task:
+        with gov.step("step.exec", name="shell", input={"command": "rm -rf build"}):
+            ran.append("rm")
+    assert ran == ["rm"]  # monitor mode: judged, recorded, not blocked
+    shown = cli("show", task.task_id, "--store", location)
+    assert "block (monitor)" in shown.out and "no-rm" in shown.out
+    same = cli("replay", "--policy", str(policy_file), "--store", location, "--all")
+    assert same.code == 0 and "no decision would change" in same.out
+    assert "block" in same.out
+
+
+def test_replay_refuses_bad_policies_and_unknown_tasks(cli: Any, demo_run: Any, tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("name: x\nversion: 1\npolicies:\n  - name: p\n    rule_type: nope\n    severity: high\n")
+    bad = cli("replay", "--policy", str(tmp_path / "bad.yaml"), cwd=demo_run.directory)
+    assert bad.code == 2 and "unknown rule_type 'nope'" in bad.err
+    unknown = cli("replay", "--policy", "baseline:tool-agent", "--task", "zzzz", cwd=demo_run.directory)
+    assert unknown.code == 2 and "no task zzzz" in unknown.err
