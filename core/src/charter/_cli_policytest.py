@@ -55,7 +55,7 @@ _STEP_KEYS = {
     "wait",
     "description",
 }
-_EXPECT_KEYS = {"decision", "violated", "reason"}
+_EXPECT_KEYS = {"decision", "violated", "violates", "reason"}
 _CONTEXT_KEYS = {
     "agent_id",
     "environment",
@@ -82,8 +82,11 @@ class TestFileError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Expect:
+    """`violated`: exactly these policies are violated; `violates`: at least these."""
+
     decision: str | None = None
     violated: tuple[str, ...] | None = None
+    violates: tuple[str, ...] | None = None
     reason: str | None = None
 
 
@@ -206,19 +209,22 @@ def _expect(value: Any, where: str, problems: _Problems) -> Expect | None:
     decision = value.get("decision")
     if decision is not None and decision not in DECISIONS:
         problems.add(f"{where}.decision", f"{decision!r} is not one of {', '.join(DECISIONS)}")
-    violated = value.get("violated")
-    if violated is not None and (
-        not isinstance(violated, list) or not all(isinstance(v, str) for v in violated)
-    ):
-        problems.add(f"{where}.violated", "must be a list of policy names ([] for none)")
-        violated = None
+    names: dict[str, tuple[str, ...] | None] = {}
+    for key in ("violated", "violates"):
+        found = value.get(key)
+        if found is not None and (
+            not isinstance(found, list) or not all(isinstance(v, str) for v in found)
+        ):
+            problems.add(f"{where}.{key}", "must be a list of policy names ([] for none)")
+            found = None
+        names[key] = tuple(found) if found is not None else None
     reason = value.get("reason")
     if reason is not None and not isinstance(reason, str):
         problems.add(f"{where}.reason", "must be text the reason contains")
         reason = None
-    if decision is None and violated is None and reason is None:
-        problems.add(where, "expects nothing; give decision, violated or reason")
-    return Expect(decision, tuple(violated) if violated is not None else None, reason)
+    if decision is None and reason is None and not any(v is not None for v in names.values()):
+        problems.add(where, "expects nothing; give decision, violated, violates or reason")
+    return Expect(decision, names["violated"], names["violates"], reason)
 
 
 def _object(value: Any, where: str, problems: _Problems) -> dict[str, Any] | None:
@@ -495,6 +501,8 @@ def _compare(expect: Expect | None, result: EvalResult) -> tuple[tuple[str, str,
         found.append(("decision", expect.decision, result.decision.value))
     if expect.violated is not None and sorted(expect.violated) != violated:
         found.append(("violated", _list(sorted(expect.violated)), _list(violated)))
+    if expect.violates is not None and not set(expect.violates) <= set(violated):
+        found.append(("violates", _list(sorted(expect.violates)), _list(violated)))
     if expect.reason is not None and expect.reason not in result.reason:
         found.append(("reason", f"... {expect.reason} ...", result.reason))
     return tuple(found)
@@ -686,6 +694,8 @@ def _print_steps(result: CaseRun, verbose: bool, out: Console) -> None:
             out.print(f"[red]      - {escape(f'{key}: {want}')}[/red]", highlight=False)
             out.print(f"[green]      + {escape(f'{key}: {got}')}[/green]", highlight=False)
         if run.mismatches and ("reason" not in {k for k, _, _ in run.mismatches}):
-            out.print(f"        reason: {run.reason}", markup=False)
+            from charter._cli import short_reason
+
+            out.print(f"        reason: {short_reason(run.reason)}", markup=False)
     if result.error:
         out.print(f"  [red]error[/red] {escape(result.error)}", highlight=False)

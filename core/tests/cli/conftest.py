@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,17 +58,30 @@ def run_charter(
     return Run(done.returncode, done.stdout, done.stderr)
 
 
-Charter = Callable[..., Run]
+class Cli:
+    """`cli(*args, env=..., stdin=..., cwd=...)` runs the charter command (in `tmp_path` by
+    default); `cli.all(call, ...)` runs independent calls at once, each an args tuple or an
+    (args, kwargs) pair, and returns their results in order."""
+
+    def __init__(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    def __call__(self, *args: str, **kwargs: Any) -> Run:
+        return run_charter(*args, cwd=kwargs.pop("cwd", self.cwd), **kwargs)
+
+    def all(self, *calls: Any) -> list[Run]:
+        def one(call: Any) -> Run:
+            if call and isinstance(call[-1], dict):
+                return self(*call[0], **call[1])
+            return self(*call)
+
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            return list(pool.map(one, calls))
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Charter:
-    """`cli(*args, env=..., stdin=...)`: the charter command run in `tmp_path`."""
-
-    def run(*args: str, **kwargs: Any) -> Run:
-        return run_charter(*args, cwd=kwargs.pop("cwd", tmp_path), **kwargs)
-
-    return run
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
 
 
 @dataclass(frozen=True)

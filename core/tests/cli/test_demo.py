@@ -11,7 +11,6 @@ import charter
 from charter._cli_demo import FAKE_STRIPE_KEY
 
 
-
 def _records(store: Path) -> list[dict[str, Any]]:
     opened = charter.open_store(f"sqlite:///{store}")
     try:
@@ -77,6 +76,8 @@ def test_the_demo_ignores_a_stray_environment(cli: Any, tmp_path: Path) -> None:
 
 def test_the_demo_refuses_a_store_it_cannot_read_back(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "dir.db").mkdir()
-    assert cli("demo", "--store", "stdout").code == 2
-    run = cli("demo", "--store", str(tmp_path / "dir.db"))
+    stdout, run = cli.all(
+        ("demo", "--store", "stdout"), ("demo", "--store", str(tmp_path / "dir.db"))
+    )
+    assert stdout.code == 2 and "cannot be read back" in stdout.out
     assert run.code == 2 and "directory" in run.out

@@ -36,7 +36,9 @@ def plugins(tmp_path: Path) -> dict[str, str]:
     site = tmp_path / "site"
     info = site / "charter_fake_plugins-1.0.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: charter-fake-plugins\nVersion: 1.0\n")
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: charter-fake-plugins\nVersion: 1.0\n"
+    )
     (info / "entry_points.txt").write_text(ENTRY_POINTS)
     (site / "charter_fake_plugins.py").write_text(PLUGIN)
     (site / "charter_broken_plugin.py").write_text("raise RuntimeError('this plugin is broken')\n")
@@ -57,15 +59,14 @@ def test_help_lists_plugins_and_warns_once_per_bad_one(cli: Any, plugins: dict[s
 
 
 def test_a_plugin_runs_and_a_broken_one_is_just_missing(cli: Any, plugins: dict[str, str]) -> None:
-    assert cli("hello", env=plugins).out.strip() == "hello from a plugin"
-    broken = cli("broken", env=plugins)
+    hello, broken = cli.all((("hello",), {"env": plugins}), (("broken",), {"env": plugins}))
+    assert hello.out.strip() == "hello from a plugin"
     assert broken.code == 2
     assert "could not be loaded" in broken.err and "No such command 'broken'" in broken.err
 
 
 def test_the_baseline_plugin(cli: Any) -> None:
-    run = cli("baseline", "show", "tool-agent")
+    run, missing = cli.all(("baseline", "show", "tool-agent"), ("baseline", "path", "nope"))
     assert run.code == 0, run
     assert "deletes-need-approval" in run.out and "Asks before any delete" in run.out
-    missing = cli("baseline", "path", "nope")
     assert missing.code == 1 and "coding-agent, tool-agent" in missing.err

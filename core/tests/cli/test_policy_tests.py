@@ -25,7 +25,10 @@ policies:
     rule_type: time_window
     severity: medium
     match: {kinds: [step.message], verbs: [POST]}
-    params: {timezone: Europe/Amsterdam, weekdays: [mon, tue, wed, thu, fri], hours: ['09:00-17:30']}
+    params:
+      timezone: Europe/Amsterdam
+      weekdays: [mon, tue, wed, thu, fri]
+      hours: ['09:00-17:30']
   - name: nothing-out-after-the-web
     rule_type: forbid_after
     severity: critical
@@ -55,7 +58,9 @@ tests:
   - name: nothing leaves after a web page was read
     steps:
       - {tool: fetch_url, input: {url: "https://example.com"}, output: {text: hi}, expect: allow}
-      - {tool: send_email, input: {to: a@shop.example}, expect: {decision: block, violated: [nothing-out-after-the-web]}}
+      - tool: send_email
+        input: {to: a@shop.example}
+        expect: {decision: block, violated: [nothing-out-after-the-web]}
   - name: a blocked read never happened, so it closes no door
     steps:
       - {kind: step.exec, name: shell, input: {command: rm -rf /}, expect: block}
@@ -67,7 +72,10 @@ policies: [policies.yaml]
 tests:
   - name: wrong about rm
     steps:
-      - {kind: step.exec, name: shell, input: {command: rm -rf /}, expect: {decision: allow, violated: []}}
+      - kind: step.exec
+        name: shell
+        input: {command: rm -rf /}
+        expect: {decision: allow, violated: []}
   - name: right about ls
     steps:
       - {kind: step.exec, name: shell, input: {command: ls}, expect: allow}
@@ -103,13 +111,12 @@ def test_a_passing_suite_exits_0(cli: Any, tmp_path: Path) -> None:
 
 def test_a_failing_test_exits_1_with_a_diff(cli: Any, tmp_path: Path) -> None:
     suite = _suite(tmp_path, shop=FAILING)
-    run = cli("test", str(suite))
+    run, only = cli.all(("test", str(suite)), ("test", str(suite), "--run", "ls$"))
     assert run.code == 1, run
     assert "FAIL" in run.out and "wrong about rm" in run.out
     assert "- decision: allow" in run.out and "+ decision: block" in run.out
     assert "- violated: []" in run.out and "+ violated: [no-rm]" in run.out
     assert "PASS: 1/2, FAIL: 1/2" in run.out
-    only = cli("test", str(suite), "--run", "ls$")
     assert only.code == 0 and "PASS: 1/1" in only.out
 
 
@@ -118,7 +125,9 @@ def test_an_invalid_file_is_reported_with_every_problem(cli: Any, tmp_path: Path
     run = cli("test", str(suite / "broken_test.yaml"))
     assert run.code == 1, run
     assert "ERROR" in run.out
-    assert "tests[0].steps[0].expect.decision: 'alow' is not one of allow, warn, ask, block" in run.out
+    assert (
+        "tests[0].steps[0].expect.decision: 'alow' is not one of allow, warn, ask, block" in run.out
+    )
     assert "tests[0].steps[1].inptu: unknown key" in run.out
     assert "tests[0].steps[2]: kind 'step.teleport': not a behavior kind" in run.out
     assert "tests[0].steps[3]: give exactly one of kind" in run.out
@@ -126,8 +135,9 @@ def test_an_invalid_file_is_reported_with_every_problem(cli: Any, tmp_path: Path
 
 def test_nothing_to_run_exits_2(cli: Any, tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    assert cli("test", str(tmp_path / "empty")).code == 2
-    assert cli("test", str(tmp_path / "missing")).code == 2
+    empty, missing = cli.all(("test", str(tmp_path / "empty")), ("test", str(tmp_path / "gone")))
+    assert empty.code == 2 and "no test files" in empty.err
+    assert missing.code == 2 and "does not exist" in missing.err
 
 
 def test_baselines_and_claude_code_templates(cli: Any, tmp_path: Path) -> None:
@@ -139,7 +149,9 @@ context: {project_root: /srv/app}
 tests:
   - name: the classic stray space
     steps:
-      - {tool: Bash, input: {command: "rm -rf ~/ build"}, expect: {decision: block, violated: [no-recursive-delete-of-system-or-home]}}
+      - tool: Bash
+        input: {command: "rm -rf ~/ build"}
+        expect: {decision: block, violates: [no-recursive-delete-of-system-or-home]}
   - name: credentials, then the network
     steps:
       - {tool: Read, input: {file_path: /srv/app/.env}, expect: allow}

@@ -24,19 +24,38 @@ policies:
 
 def test_replaying_under_the_same_policies_changes_nothing(cli: Any, demo_run: Any) -> None:
     run = cli(
-        "replay", "--policy", "baseline:tool-agent", "--agent", "demo-assistant",
-        "--fail-on-change", cwd=demo_run.directory,
+        "replay",
+        "--policy",
+        "baseline:tool-agent",
+        "--agent",
+        "demo-assistant",
+        "--fail-on-change",
+        cwd=demo_run.directory,
     )
     assert run.code == 0, run
     assert "6 judged step(s)" in run.out
     assert "no decision would change" in run.out
 
 
-def test_a_stricter_policy_shows_what_it_would_block(cli: Any, demo_run: Any, tmp_path: Path) -> None:
+def test_a_stricter_policy_shows_what_it_would_block(
+    cli: Any, demo_run: Any, tmp_path: Path
+) -> None:
     (tmp_path / "stricter.yaml").write_text(STRICTER)
-    run = cli(
-        "replay", "--policy", str(tmp_path / "stricter.yaml"), "--json", "--fail-on-change",
-        "--store", str(demo_run.store), "--agent", "demo-assistant",
+    stricter = str(tmp_path / "stricter.yaml")
+    store = str(demo_run.store)
+    run, table = cli.all(
+        (
+            "replay",
+            "--policy",
+            stricter,
+            "--json",
+            "--fail-on-change",
+            "--store",
+            store,
+            "--agent",
+            "demo-assistant",
+        ),
+        (("replay", "--policy", stricter), {"cwd": demo_run.directory}),
     )
     assert run.code == 1, run
     changes = [json.loads(line) for line in run.out.splitlines()]
@@ -48,20 +67,27 @@ def test_a_stricter_policy_shows_what_it_would_block(cli: Any, demo_run: Any, tm
     denied = next(c for c in changes if c["old"] == "ask")
     assert denied["answered"] == "denied"
     assert "email is switched off" in denied["new_reason"]
-    table = cli("replay", "--policy", str(tmp_path / "stricter.yaml"), cwd=demo_run.directory)
-    # the coding agent's warning is gone too: the stricter set has no such policy
-    assert table.code == 0 and "3 decision(s) would change: 2 stricter, 1 looser" in table.out
+    # without --agent the coding session is judged too: its warning and blocks are gone
+    assert table.code == 0 and "5 decision(s) would change: 2 stricter, 3 looser" in table.out
 
 
-def test_replay_compares_what_monitor_mode_would_have_done(cli: Any, tmp_path: Path, policy_file: Path) -> None:
+def test_replay_compares_what_monitor_mode_would_have_done(
+    cli: Any, tmp_path: Path, policy_file: Path
+) -> None:
     location = f"sqlite:///{tmp_path}/monitor.db"
     ran = []
-    with charter.Governor(
-        policy_file=str(policy_file), enforcement="monitor", audit_location=location,
+    gov = charter.Governor(
+        policy_file=str(policy_file),
+        enforcement="monitor",
+        audit_location=location,
         audit_durability="sync",
-    ) as gov, gov.task(name="monitored") as task:
-        with gov.step("step.exec", name="shell", input={"command": "rm -rf build"}):
-            ran.append("rm")
+    )
+    with (
+        gov,
+        gov.task(name="monitored") as task,
+        gov.step("step.exec", name="shell", input={"command": "rm -rf build"}),
+    ):
+        ran.append("rm")
     assert ran == ["rm"]  # monitor mode: judged, recorded, not blocked
     shown = cli("show", task.task_id, "--store", location)
     assert "block (monitor)" in shown.out and "no-rm" in shown.out
@@ -70,9 +96,16 @@ def test_replay_compares_what_monitor_mode_would_have_done(cli: Any, tmp_path: P
     assert "block" in same.out
 
 
-def test_replay_refuses_bad_policies_and_unknown_tasks(cli: Any, demo_run: Any, tmp_path: Path) -> None:
-    (tmp_path / "bad.yaml").write_text("name: x\nversion: 1\npolicies:\n  - name: p\n    rule_type: nope\n    severity: high\n")
-    bad = cli("replay", "--policy", str(tmp_path / "bad.yaml"), cwd=demo_run.directory)
+def test_replay_refuses_bad_policies_and_unknown_tasks(
+    cli: Any, demo_run: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "bad.yaml").write_text(
+        "name: x\nversion: 1\npolicies:\n  - name: p\n    rule_type: nope\n    severity: high\n"
+    )
+    here = {"cwd": demo_run.directory}
+    bad, unknown = cli.all(
+        (("replay", "--policy", str(tmp_path / "bad.yaml")), here),
+        (("replay", "--policy", "baseline:tool-agent", "--task", "zzzz"), here),
+    )
     assert bad.code == 2 and "unknown rule_type 'nope'" in bad.err
-    unknown = cli("replay", "--policy", "baseline:tool-agent", "--task", "zzzz", cwd=demo_run.directory)
     assert unknown.code == 2 and "no task zzzz" in unknown.err

@@ -16,7 +16,9 @@ def test_without_a_policy_source_status_says_so_and_exits_1(cli: Any, tmp_path: 
     assert not (tmp_path / ".charter").exists()
 
 
-def test_status_reports_what_the_environment_configures(cli: Any, tmp_path: Path, policy_file: Path, demo_copy: Path) -> None:
+def test_status_reports_what_the_environment_configures(
+    cli: Any, tmp_path: Path, policy_file: Path, demo_copy: Path
+) -> None:
     env = {
         "CHARTER_POLICY_FILE": str(policy_file),
         "CHARTER_ENFORCEMENT": "monitor",
@@ -27,7 +29,9 @@ def test_status_reports_what_the_environment_configures(cli: Any, tmp_path: Path
     assert run.code == 0, run
     report = json.loads(run.out)
     settings = {row["name"]: row for row in report["settings"]}
-    assert settings["enforcement"]["value"] == "monitor" and settings["enforcement"]["origin"] == "env"
+    assert (
+        settings["enforcement"]["value"] == "monitor" and settings["enforcement"]["origin"] == "env"
+    )
     assert settings["agent_id"]["value"] == "billing-bot"
     assert report["policies"]["state"] == "enforcing"
     assert report["policies"]["enforcement"] == "monitor"
@@ -35,11 +39,15 @@ def test_status_reports_what_the_environment_configures(cli: Any, tmp_path: Path
     assert report["store"]["ok"] and report["store"]["verify"]["chains"] == 2
 
 
-def test_status_exits_1_for_unloadable_policies_and_a_broken_trail(cli: Any, tmp_path: Path, demo_copy: Path) -> None:
+def test_status_exits_1_for_unloadable_policies_and_a_broken_trail(
+    cli: Any, tmp_path: Path, demo_copy: Path
+) -> None:
     (tmp_path / "bad.yaml").write_text("name: x\nversion: 1\npolicies: [{name: p}]\n")
     with sqlite3.connect(demo_copy) as db:
         db.execute("UPDATE steps SET body = replace(body, 'demo', 'Demo') WHERE seq = 2")
-    run = cli("status", "--policy", str(tmp_path / "bad.yaml"), "--store", str(demo_copy), "--verify")
+    run = cli(
+        "status", "--policy", str(tmp_path / "bad.yaml"), "--store", str(demo_copy), "--verify"
+    )
     assert run.code == 1, run
     assert "unavailable" in run.out
     assert "no policy set could be loaded" in run.out

@@ -138,3 +138,23 @@ def test_a_failing_model_call_ends_the_task_with_its_error(build_crew, audit, tr
     assert records[-1]["kind"] == "task.error"
     assert records[-1]["output"]["error"]["type"] == "RuntimeError"
     assert trail.verify().ok
+
+
+def test_model_calls_outside_the_executor_loop_are_gated(build_crew, audit, trail):
+    # Planning steps, observers and converters call llm.call() directly; CrewAI's providers
+    # (and ScriptedLLM) run the model-call hooks themselves then.
+    crew, llm = build_crew(["a plan", "never sent"])
+    agent = crew.agents[0]
+    handle = govern(agent, policies=[max_model_calls(1)], audit_location=audit)
+
+    assert llm.call("Plan the work.", from_agent=agent) == "a plan"
+    with pytest.raises(charter.BlockedError, match="model-call-budget"):
+        llm.call("Plan again.", from_agent=agent)
+    handle.uninstall()
+
+    assert len(llm.calls) == 1
+    records = trail.read(handle.task_ids[0])
+    models = [r for r in records if r["kind"] == "step.model"]
+    assert [m["meta"]["charter.outcome"] for m in models] == ["ok", "blocked"]
+    assert models[0]["input"]["messages"] == [{"role": "user", "content": "Plan the work."}]
+    assert models[0]["output"] == {"response": "a plan"}

@@ -378,3 +378,31 @@ def test_a_thread_id_reused_without_a_checkpointer_still_gets_fresh_tasks(
     ids = sorted(task[0]["task_id"] for task in audit.tasks())
     assert ids[0] == "no-memory" and ids[1].startswith("no-memory:")
     audit.verify()
+
+
+def test_streaming_the_agent_token_by_token_is_governed_the_same(
+    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str]
+) -> None:
+    """stream_mode="messages" adds LangGraph's inline stream handler and streams the model."""
+    gov, audit = make_governor([h.deny("no-deletes", step_names=["delete_file"])])
+    model = h.scripted(
+        h.ai(h.call("delete_file", path="/etc"), h.call("get_weather", city="Oslo")),
+        h.ai(text="could not delete, but it is sunny"),
+    )
+    agent = create_agent(
+        model, [tools["get_weather"], tools["delete_file"]], middleware=[CharterMiddleware(gov)]
+    )
+    handler = CharterCallbackHandler(gov)
+
+    async def consume() -> list[Any]:
+        inputs = {"messages": [{"role": "user", "content": "go"}]}
+        config = {"callbacks": [handler]}
+        return [c async for c in agent.astream(inputs, config, stream_mode="messages")]
+
+    chunks = asyncio.run(consume())
+    assert chunks and ran == Counter({"get_weather": 1})
+    models = audit.steps("step.model")
+    assert models[-1]["output"]["messages"][0]["content"] == "could not delete, but it is sunny"
+    outcomes = sorted((s["step_name"], audit.outcome(s)) for s in audit.steps("step.resource"))
+    assert outcomes == [("delete_file", "blocked"), ("get_weather", "ok")]
+    audit.verify()

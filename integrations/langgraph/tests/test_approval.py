@@ -4,6 +4,7 @@ with real checkpointers: InMemorySaver, and SQLite across a process restart."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from typing import Any, NotRequired, TypedDict
 
 import charter
@@ -344,4 +345,40 @@ def _policies() -> list[dict[str, Any]]:
             "match": {"kinds": ["step.resource"], "verbs": ["POST"]},
             "params": {"reason": "a person approves every write"},
         }
+    ]
+
+
+def test_a_paused_task_closed_as_idle_is_continued_by_a_new_task(audit, governors, trail, lg):
+    ran: list[str] = []
+    graph = charter_langgraph.govern(
+        payment_graph(ran),
+        policies=_policies(),
+        agent_id="graph-bot",
+        audit_location=audit,
+        task_idle_seconds=0.001,
+        sweep_interval_seconds=3600,
+    ).compile(checkpointer=InMemorySaver())
+    governor = charter_langgraph.governor_of(graph)
+    governors.append(governor)
+    config = thread("idle")
+    graph.invoke({"amount": 2, "rounds": 0}, config)
+    first_task = trail()[0]["task_id"]
+
+    time.sleep(0.01)
+    assert governor.runner.sweep_idle() == [first_task]
+    out = graph.invoke(Command(resume=charter_langgraph.approve(by="kim")), config)
+
+    assert out["note"] == "paid 2" and ran == ["prepare", "pay"]
+    records = trail()
+    second = [r for r in records if r["task_id"] != first_task]
+    assert lg.steps([r for r in records if r["task_id"] == first_task])[-1] == (
+        "task.idle",
+        "LangGraph",
+        None,
+    )
+    assert second[0]["properties"]["langgraph"]["continues"] == first_task
+    assert lg.steps(second)[1:] == [
+        ("step.gate", "approval", None),
+        ("step.resource", "pay", "ok"),
+        ("task.end", "LangGraph", None),
     ]

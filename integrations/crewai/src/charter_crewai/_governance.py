@@ -484,6 +484,7 @@ class Governance:
         self._crewai = crewai
         self._installed = False
         self._lock = threading.Lock()
+        self._opening = threading.Lock()
         self._task_ids: deque[str] = deque(maxlen=_TASK_IDS_KEPT)
         self._tools: dict[int, _Tool] = {}
         self._models: dict[int, _Model] = {}
@@ -586,7 +587,7 @@ class Governance:
         except Exception as exc:
             _report(exc, "uninstalling")
         for run in runs:
-            self._finish(run, RuntimeError("charter_crewai was uninstalled during the kickoff"))
+            self._finish(run, RuntimeError("charter_crewai was uninstalled while this task was open"))
         if self._owns_governor:
             try:
                 self.governor.close()
@@ -643,13 +644,15 @@ class Governance:
         """The open run of `owner`, opened now when this step is the first Charter sees (a
         governed agent inside an ungoverned crew, or a task executed outside any kickoff).
         Raises BlockedError when a policy blocks that task from starting."""
-        with _lock:
-            run = _runs.get(id(owner), {}).get(id(self))
-            if run is not None and run.owner() is owner:
-                return run
-            executing = _is_executing(owner)
-        closes = id(task) if task is not None and not executing else None
-        return self._open_run(owner, None, closes)
+        # One lock per governance: parallel first steps (native tool batches) open one task.
+        with self._opening:
+            with _lock:
+                run = _runs.get(id(owner), {}).get(id(self))
+                if run is not None and run.owner() is owner:
+                    return run
+                executing = _is_executing(owner)
+            closes = id(task) if task is not None and not executing else None
+            return self._open_run(owner, None, closes)
 
     def _start(self, owner: Any, ctx: Any) -> None:
         """A kickoff of the governed crew or agent begins: open its Charter task."""

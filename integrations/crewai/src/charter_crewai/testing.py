@@ -54,6 +54,10 @@ class ScriptedLLM(BaseLLM):
     tool-call lists). `repeat_last` answers with the last response forever once the script is
     spent (a looping agent); otherwise running out raises RuntimeError. `usage` is reported
     to CrewAI's token counters on every call. `calls` holds the messages of every call.
+
+    Like CrewAI's built-in providers it runs the model-call hooks itself when called outside
+    an agent's executor loop (planning steps, direct ``llm.call``); inside the loop CrewAI has
+    run them already and these calls do nothing.
     """
 
     responses: list[Any] = Field(default_factory=list)
@@ -81,6 +85,9 @@ class ScriptedLLM(BaseLLM):
         response_model: Any = None,
     ) -> Any:
         """The next scripted response (a deep copy, so CrewAI may mutate it)."""
+        if isinstance(messages, str):
+            messages = [{"role": "user", "content": messages}]
+        self._invoke_before_llm_call_hooks(messages, from_agent)
         with self._mutex:
             self._calls.append(copy.deepcopy(messages))
             if self._next < len(self.responses):
@@ -94,7 +101,10 @@ class ScriptedLLM(BaseLLM):
                 )
         if self.usage:
             self._track_token_usage_internal(dict(self.usage))
-        return copy.deepcopy(response)
+        response = copy.deepcopy(response)
+        if isinstance(response, str):
+            response = self._invoke_after_llm_call_hooks(messages, response, from_agent)
+        return response
 
     async def acall(
         self,

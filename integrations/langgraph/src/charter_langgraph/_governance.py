@@ -561,6 +561,8 @@ class Governance:
         if previous is not None:
             if continuing:
                 task_id = self._continue(previous)
+                if task_id is None:
+                    self.registry.drop(previous)  # ended meanwhile (e.g. closed as idle)
             elif gov.runner.engine.task_state(previous) == "open":
                 # New input on a thread paused mid-run: LangGraph drops the paused run.
                 try:

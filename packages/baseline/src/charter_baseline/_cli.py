@@ -3,9 +3,19 @@
 
 from __future__ import annotations
 
+import sys
+from typing import Any
+
 import click
 
 __all__ = ["baseline"]
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    # Piped output keeps long lines instead of rich's 80 columns.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
 @click.group(name="baseline", context_settings={"help_option_names": ["-h", "--help"]})
@@ -16,7 +26,6 @@ def baseline() -> None:
 @baseline.command(name="list")
 def list_() -> None:
     """List the baselines with their description and policy count."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -32,14 +41,13 @@ def list_() -> None:
             Text(str(len(load_baseline_policies(name)))),
             Text(baseline_description(name)),
         )
-    Console(highlight=False).print(table)
+    _console().print(table)
 
 
 @baseline.command()
 @click.argument("name")
 def show(name: str) -> None:
     """Show each policy of baseline NAME: what it stops, its rule and severity."""
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
@@ -49,7 +57,7 @@ def show(name: str) -> None:
         path = baseline_path(name)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    out = Console(highlight=False)
+    out = _console()
     out.print(Text(f"{name}  {path}", style="bold"))
     out.print(Text(baseline_description(name)))
     table = Table(show_lines=True)
