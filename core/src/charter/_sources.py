@@ -10,6 +10,7 @@ is saved to the cache (when configured) and used at startup when the files canno
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 import time
@@ -26,6 +27,8 @@ from charter._policy import Policy, compile_policies
 from charter._settings import Settings
 
 __all__ = ["PolicySources"]
+
+logger = logging.getLogger("charter")
 
 _CHECK_EVERY = 1.0
 _CACHE_FORMAT = 1
@@ -135,6 +138,10 @@ class PolicySources:
             self._apply(combined, label, monitor=monitor)
         except _Failure as failure:
             self._kind, self._detail = failure.kind, failure.detail
+            kept = "the last good set stays in force" if self._loaded else "no set is in force"
+            logger.warning(
+                "charter: policy reload refused (%s: %s); %s", failure.kind, failure.detail, kept
+            )
             return
         self._save_cache()
 
