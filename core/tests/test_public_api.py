@@ -23,6 +23,8 @@ def public_modules() -> list[str]:
 @pytest.mark.parametrize("module_name", public_modules())
 def test_all_equals_the_public_names(module_name: str) -> None:
     module = importlib.import_module(module_name)
+    for name in module.__all__:  # every exported name resolves (charter loads lazily)
+        getattr(module, name)
     public = {
         name
         for name, value in vars(module).items()
@@ -39,7 +41,13 @@ def test_every_public_name_is_documented() -> None:
 
 
 def test_import_charter_stays_light() -> None:
-    """Integrations import charter on every hook call: YAML and RE2 must load lazily."""
-    code = "import sys, charter; print(sorted(m for m in ('yaml', 're2') if m in sys.modules))"
+    """Hooks import charter on every call: nothing heavy loads before it is used."""
+    heavy = ("yaml", "re2", "asyncio", "sqlite3", "charter._runner", "charter._engine")
+    code = f"import sys, charter; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_unknown_attribute_is_an_attribute_error() -> None:
+    with pytest.raises(AttributeError, match="has no attribute 'Nope'"):
+        charter.Nope  # noqa: B018
