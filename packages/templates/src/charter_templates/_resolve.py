@@ -21,6 +21,9 @@ GENERIC = "generic"
 # Patterns re-resolve part of a name; a user pattern that matches its own output must not
 # recurse forever, and no real name nests deeper than this.
 _MAX_DEPTH = 8
+# Tool names are a small vocabulary per agent; the bound only stops a hostile stream of
+# random names from growing the memo without limit.
+_MAX_REMEMBERED = 4096
 
 
 class TemplateSet:
@@ -30,11 +33,14 @@ class TemplateSet:
     `resolve`. Every set holds a ``generic`` template, used for integrations without their own.
     """
 
-    __slots__ = ("_templates", "_vocabulary")
+    __slots__ = ("_decisions", "_templates", "_vocabulary")
 
     def __init__(self, templates: Mapping[str, Template], vocabulary: Vocabulary) -> None:
         self._templates = dict(templates)
         self._vocabulary = vocabulary
+        # Which word rule a name matches depends on the name alone, never on the arguments,
+        # and matching every rule's words is the costly part of a resolve: remember it.
+        self._decisions: dict[tuple[str, str], tuple[Rule, str | None] | None] = {}
 
     @property
     def integrations(self) -> tuple[str, ...]:
@@ -96,13 +102,33 @@ class TemplateSet:
                     _put(props, "tool.name", name)
                     _put(props, "tool.effect", found.effect)
                     return Resolution(found.kind, found.verb, props, found.effect)
-            for rule in current.rules:
-                matched, verb = _match(rule, tokens, self._vocabulary)
-                if matched:
-                    spec = current.props.merged(rule.props)
-                    return _build(spec, rule.kind, verb, rule.effect, name, args)
+            decision = self._rule_for(current, name, tokens)
+            if decision is not None:
+                rule, verb = decision
+                spec = current.props.merged(rule.props)
+                return _build(spec, rule.kind, verb, rule.effect, name, args)
             current = self._templates.get(current.extends) if current.extends else None
         return _build(last.props, "step.unknown", None, None, name, args)
+
+
+    def _rule_for(
+        self, template: Template, name: str, tokens: tuple[str, ...]
+    ) -> tuple[Rule, str | None] | None:
+        key = (template.integration, name)
+        try:
+            return self._decisions[key]
+        except KeyError:
+            pass
+        found: tuple[Rule, str | None] | None = None
+        for rule in template.rules:
+            matched, verb = _match(rule, tokens, self._vocabulary)
+            if matched:
+                found = (rule, verb)
+                break
+        if len(self._decisions) >= _MAX_REMEMBERED:
+            self._decisions.clear()
+        self._decisions[key] = found
+        return found
 
 
 def _integration_key(integration: object) -> str:
