@@ -48,6 +48,7 @@ if _TYPE_CHECKING:
     from charter._history import HistoryIndex, TaskHistory
     from charter._identifiers import step_name_from, task_id_from
     from charter._ijson import canonical_digest
+    from charter._internal import report_internal_error
     from charter._manifest import ManifestResult, load_manifest_policies, parse_manifest
     from charter._policy import EnforcementPoint, Policy, PolicyProblem, Severity
     from charter._registry import RuleSpec, Violation, get_rule, registered_rules, rule
@@ -58,6 +59,7 @@ if _TYPE_CHECKING:
     from charter._writer import Exporter
 
 _LAZY: dict[str, str] = {
+    "report_internal_error": "charter._internal",
     "ActionKind": "charter._behavior",
     "AgentBindingError": "charter._errors",
     "Approval": "charter._approval",
@@ -170,6 +172,7 @@ __all__ = [
     "open_store",
     "parse_manifest",
     "registered_rules",
+    "report_internal_error",
     "rule",
     "step_name_from",
     "task_id_from",

@@ -12,25 +12,12 @@ from typing import Any
 import charter
 import pytest
 from charter.testing import charter_internal_errors  # noqa: F401  (autouse)
-from charter_langchain import _contain
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, AIMessageChunk
 from langchain_core.outputs import ChatGenerationChunk
 from langchain_core.tools import tool
 
 AGENT = "test-bot"
-
-
-@pytest.fixture(autouse=True)
-def no_contained_errors(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail a test in which this package swallowed a recording error, unless it is marked
-    ``allow_internal_errors`` (the same opt-out as charter.testing)."""
-    start = _contain.contained_count()
-    yield
-    seen = _contain.contained_errors(start)
-    if seen and request.node.get_closest_marker("allow_internal_errors") is None:
-        lines = "\n".join(f"  - {e.where}: {e.type}: {e.message}" for e in seen)
-        pytest.fail(f"charter-langchain swallowed {len(seen)} error(s):\n{lines}", pytrace=False)
 
 
 class ScriptedChatModel(GenericFakeChatModel):

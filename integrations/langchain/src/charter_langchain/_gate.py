@@ -9,14 +9,17 @@ counted, never raised into the agent.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import charter
+from charter import report_internal_error
 
-from ._contain import contain, logger
 from ._errors import BlockedStepError
 from ._translate import StepSpec, Templates
+
+logger = logging.getLogger("charter.langchain")
 
 _CLOSING = frozenset({"task.end", "task.error", "task.idle"})
 
@@ -197,7 +200,7 @@ class Gate:
             else:
                 handle.complete(output)
         except Exception as exc:
-            contain(exc, f"the outcome of {handle.behavior.step_name!r}")
+            report_internal_error(exc, f"langchain: the outcome of {handle.behavior.step_name!r}")
 
     async def acomplete(
         self,
@@ -216,7 +219,9 @@ class Gate:
         try:
             handle.fail(exc)
         except Exception as recording:
-            contain(recording, f"the failure of {handle.behavior.step_name!r}")
+            report_internal_error(
+                recording, f"langchain: the failure of {handle.behavior.step_name!r}"
+            )
 
     async def afail(self, handle: charter.StepHandle, exc: BaseException) -> None:
         """`fail` for async code."""
@@ -227,7 +232,9 @@ class Gate:
         try:
             handle.abandon()
         except Exception as exc:
-            contain(exc, f"the abandonment of {handle.behavior.step_name!r}")
+            report_internal_error(
+                exc, f"langchain: the abandonment of {handle.behavior.step_name!r}"
+            )
 
     def end_task(
         self, task_id: str, error: BaseException | None = None, output: Any = None
@@ -236,7 +243,7 @@ class Gate:
         try:
             self.governor.end_task(task_id, error=error, output=output)
         except Exception as exc:
-            contain(exc, f"the end of task {task_id!r}")
+            report_internal_error(exc, f"langchain: the end of task {task_id!r}")
 
     async def aend_task(
         self, task_id: str, error: BaseException | None = None, output: Any = None

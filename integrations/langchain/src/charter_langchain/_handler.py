@@ -25,11 +25,11 @@ from typing import Any
 from uuid import UUID
 
 import charter
+from charter import report_internal_error
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import ToolException
 
 from ._claims import Claim, current_claim
-from ._contain import contain
 from ._errors import BlockedStepError
 from ._gate import Gate, _cannot_judge
 from ._translate import (
@@ -192,7 +192,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
             if run.root.run_id == run_id:
                 self._finish_root(run.root, error=run_error, output=output)
         except Exception as exc:
-            contain(exc, f"the end of run {run_id}")
+            report_internal_error(exc, f"langchain: the end of run {run_id}")
 
     def _finish_root(
         self, root: _Root, error: BaseException | None = None, output: Any = None
@@ -275,7 +275,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
         try:
             output, model = llm_result_outcome(response)
         except Exception as exc:
-            contain(exc, "a model's output")
+            report_internal_error(exc, "langchain: a model's output")
             output, model = {}, {}
         self._end(run_id, output=output, model=model)
 
@@ -309,7 +309,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
         try:
             recorded, error = tool_outcome(output)
         except Exception as exc:
-            contain(exc, "a tool's output")
+            report_internal_error(exc, "langchain: a tool's output")
             recorded, error = {}, None
         if error is not None:
             # A handled ToolException: the tool ran and reported a failure.
@@ -341,7 +341,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
         try:
             output = documents_outcome(documents)
         except Exception as exc:
-            contain(exc, "a retriever's output")
+            report_internal_error(exc, "langchain: a retriever's output")
             output = {}
         self._end(run_id, output=output)
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import charter
+from charter import report_internal_error
 from charter_templates import TemplateSet, resolve
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -38,7 +39,6 @@ from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
 from ._answers import Answer, answering, question, read_answer
-from ._contain import contain
 from ._mapping import NodeRule, check_table_names, rule_for
 
 # Callback/config metadata keys: the contract with other integrations (see the README).
@@ -517,7 +517,7 @@ class Governance:
             try:
                 previous = _previous_task(run.saver, lookup)
             except Exception as exc:
-                contain(exc, "the task of the thread's last checkpoint")
+                report_internal_error(exc, "langgraph: the task of the thread's last checkpoint")
         return self._settle_task(graph, run, input, previous)
 
     async def aopen_run(self, graph: Any, input: Any, config: Any) -> Run:
@@ -530,7 +530,7 @@ class Governance:
             try:
                 previous = await _aprevious_task(run.saver, lookup)
             except Exception as exc:
-                contain(exc, "the task of the thread's last checkpoint")
+                report_internal_error(exc, "langgraph: the task of the thread's last checkpoint")
         return await asyncio.to_thread(self._settle_task, graph, run, input, previous)
 
     def _begin(self, graph: Any, input: Any, config: Any) -> tuple[Run, dict[str, Any] | None]:
@@ -568,7 +568,7 @@ class Governance:
                 try:
                     gov.end_task(previous, output={"langgraph": {"superseded": True}})
                 except Exception as exc:
-                    contain(exc, "the end of a superseded task")
+                    report_internal_error(exc, "langgraph: the end of a superseded task")
                 self.registry.drop(previous)
         if task_id is None:
             props: dict[str, Any] = {"graph": graph.get_name()}
@@ -626,7 +626,7 @@ class Governance:
             if error is None:
                 raise
         except Exception as exc:
-            contain(exc, "the end of the task")
+            report_internal_error(exc, "langgraph: the end of the task")
 
     async def aclose_run(self, graph: Any, run: Run, error: BaseException | None) -> None:
         if not run.owns or run.task_id is None:
@@ -641,7 +641,7 @@ class Governance:
             if error is None:
                 raise
         except Exception as exc:
-            contain(exc, "the end of the task")
+            report_internal_error(exc, "langgraph: the end of the task")
 
     def _end(self, task_id: str, state: TaskState | None, error: BaseException | None) -> None:
         self.registry.drop(task_id)
@@ -687,7 +687,7 @@ def _settle_ok(handle: charter.StepHandle, output: Any) -> None:
     except charter.AuditError:
         raise
     except Exception as exc:
-        contain(exc, f"the outcome of {handle.behavior.step_name!r}")
+        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 async def _asettle_ok(handle: charter.StepHandle, output: Any) -> None:
@@ -696,7 +696,7 @@ async def _asettle_ok(handle: charter.StepHandle, output: Any) -> None:
     except charter.AuditError:
         raise
     except Exception as exc:
-        contain(exc, f"the outcome of {handle.behavior.step_name!r}")
+        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 def _settle_failed(handle: charter.StepHandle, exc: BaseException) -> None:
@@ -709,7 +709,7 @@ def _settle_failed(handle: charter.StepHandle, exc: BaseException) -> None:
             handle.fail(exc)
     except Exception as recording:
         exc.add_note(f"charter: the step's outcome could not be recorded: {recording}")
-        contain(recording, f"the outcome of {handle.behavior.step_name!r}")
+        report_internal_error(recording, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 async def _asettle_failed(handle: charter.StepHandle, exc: BaseException) -> None:
@@ -720,7 +720,7 @@ async def _asettle_failed(handle: charter.StepHandle, exc: BaseException) -> Non
             await handle.afail(exc)
     except Exception as recording:
         exc.add_note(f"charter: the step's outcome could not be recorded: {recording}")
-        contain(recording, f"the outcome of {handle.behavior.step_name!r}")
+        report_internal_error(recording, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 def _tool_error(result: Any) -> ToolCallFailed | None:
@@ -740,7 +740,7 @@ def _settle_tool(handle: charter.StepHandle, result: Any) -> None:
     except charter.AuditError:
         raise
     except Exception as exc:
-        contain(exc, f"the outcome of {handle.behavior.step_name!r}")
+        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 async def _asettle_tool(handle: charter.StepHandle, result: Any) -> None:
@@ -753,7 +753,7 @@ async def _asettle_tool(handle: charter.StepHandle, result: Any) -> None:
     except charter.AuditError:
         raise
     except Exception as exc:
-        contain(exc, f"the outcome of {handle.behavior.step_name!r}")
+        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 def _mark_tool_run(config: Any, call: Mapping[str, Any]) -> None:
@@ -768,7 +768,7 @@ def _mark_tool_run(config: Any, call: Mapping[str, Any]) -> None:
     try:
         config["metadata"] = {**(config.get("metadata") or {}), GATED_KEY: f"tool:{call_id}"}
     except Exception as exc:
-        contain(exc, "the tool run's gated marker")
+        report_internal_error(exc, "langgraph: the tool run's gated marker")
 
 
 # -- tool node cloning ------------------------------------------------------------------------
@@ -871,7 +871,7 @@ def _paused(graph: Any, config: dict[str, Any]) -> bool:
     except Exception as exc:
         # Unknown: leave the task open (the idle sweeper closes it) rather than cut a chain
         # a resume would continue.
-        contain(exc, "whether the run paused")
+        report_internal_error(exc, "langgraph: whether the run paused")
         return True
 
 
@@ -879,5 +879,5 @@ async def _apaused(graph: Any, config: dict[str, Any]) -> bool:
     try:
         return _waiting(await graph.aget_state(_latest(config)))
     except Exception as exc:
-        contain(exc, "whether the run paused")
+        report_internal_error(exc, "langgraph: whether the run paused")
         return True
