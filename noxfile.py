@@ -36,8 +36,38 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *session.posargs, success_codes=[0, 5])
 
 
+# The oldest framework releases each integration supports, tested in environments of their own
+# (the default `tests` session covers the latest releases that uv.lock pins).
+OLDEST = {
+    "langchain": ["langchain-core==1.0.0", "langchain==1.0.0", "langgraph==1.0.0"],
+    "langgraph": [
+        "langgraph==1.2.0",
+        "langgraph-prebuilt==1.1.0",
+        "langchain-core==1.4.0",
+        "langgraph-checkpoint==4.1.0",
+        "langgraph-checkpoint-sqlite",
+    ],
+}
+
+
+@nox.session(python="3.11")
+@nox.parametrize("integration", sorted(OLDEST))
+def oldest(session: nox.Session, integration: str) -> None:
+    """One integration's tests against the oldest framework releases it supports."""
+    session.install("-e", "core", "-e", "packages/templates", "-e", f"integrations/{integration}")
+    session.install("pytest", "hypothesis", *OLDEST[integration])
+    session.run("pytest", f"integrations/{integration}/tests")
+
+
 @nox.session(venv_backend="none")
 def bench(session: nox.Session) -> None:
     """Benchmarks: print figures, assert nothing."""
-    for script in ("bench/engine.py",):
+    for script in (
+        "bench/engine.py",
+        "bench/governor.py",
+        "bench/claude_hook.py",
+        "bench/langchain_agent.py",
+        "bench/langgraph_graph.py",
+        "bench/crewai_crew.py",
+    ):
         session.run("python", script)

@@ -49,6 +49,7 @@ _STEP_KEYS = {
     "properties",
     "output",
     "outcome",
+    "outcome_properties",
     "expect",
     "approve",
     "at",
@@ -101,6 +102,7 @@ class Step:
     properties: dict[str, Any]
     output: dict[str, Any] | None
     outcome: str
+    outcome_properties: dict[str, Any]
     expect: Expect | None
     approve: bool | None
     at: datetime | None
@@ -248,6 +250,7 @@ def _step(raw: Any, index: int, where: str, integration: str, problems: _Problem
     data = _object(raw.get("input"), f"{where}.input", problems)
     props = _object(raw.get("properties"), f"{where}.properties", problems) or {}
     output = _object(raw.get("output"), f"{where}.output", problems)
+    after = _object(raw.get("outcome_properties"), f"{where}.outcome_properties", problems) or {}
     verb = raw.get("verb")
     if forms[0] != "kind":
         for key in ("verb", "name") if forms[0] == "tool" else ("verb",):
@@ -308,6 +311,7 @@ def _step(raw: Any, index: int, where: str, integration: str, problems: _Problem
         properties=props,
         output=output,
         outcome=str(outcome),
+        outcome_properties=after,
         expect=_expect(raw.get("expect"), f"{where}.expect", problems),
         approve=approve,
         at=at,
@@ -599,7 +603,11 @@ class _Task:
             then = f"ran ({step.outcome})" if runs else "blocked"
         if runs:
             self.engine.register_intent(b)
-            self.engine.record(b.completed(step.output or {}, outcome=step.outcome))
+            done = b
+            if step.outcome_properties:
+                # What integrations learn only once a step ran (a model call's token usage).
+                done = b.replace(properties=_merge(b.properties, step.outcome_properties))
+            self.engine.record(done.completed(step.output or {}, outcome=step.outcome))
         else:
             self.engine.record(b.completed(None, outcome="blocked"))
         return StepRun(
