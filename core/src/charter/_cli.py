@@ -235,6 +235,8 @@ def check(files: tuple[str, ...]) -> None:
 
     FILES are YAML manifests (or baseline:NAME). Exits 1 when any file has an error.
     """
+    from rich.markup import escape
+
     from charter._manifest import read_manifests
 
     out = _console()
@@ -244,12 +246,15 @@ def check(files: tuple[str, ...]) -> None:
             n = len(result.policies)
             mode = " (monitor)" if result.enforcement == "monitor" else ""
             out.print(
-                f"[green]ok[/green]   {result.source}: {result.name} v{result.version}, "
+                f"[green]ok[/green]   {escape(str(result.source))}: {escape(str(result.name))} "
+                f"v{escape(str(result.version))}, "
                 f"{n} polic{'y' if n == 1 else 'ies'}{mode}"
             )
         else:
             failed += 1
-            out.print(f"[red]FAIL[/red] {result.source}: {len(result.errors)} error(s)")
+            out.print(
+                f"[red]FAIL[/red] {escape(str(result.source))}: {len(result.errors)} error(s)"
+            )
             for err in result.errors:
                 out.print(f"  - {err}", markup=False)
     if failed:
@@ -271,9 +276,9 @@ def _param_summary(schema: dict[str, Any]) -> str:
     for key, sub in props.items():
         kind = sub.get("type", "")
         if "enum" in sub:
-            kind = "|".join(str(v) for v in sub["enum"])
+            kind = " / ".join(str(v) for v in sub["enum"])
         elif isinstance(kind, list):
-            kind = "|".join(kind)
+            kind = " / ".join(kind)
         label = f"`{key}`" + ("" if key in required else "?")
         parts.append(f"{label} {kind}".strip())
     return ", ".join(parts) or "-"
@@ -316,11 +321,10 @@ def settings(markdown: bool) -> None:
     rows = []
     for name in Settings.names():
         default = defaults.get(name)
-        shown = (
-            "-"
-            if default is None
-            else (f"{default:g}" if isinstance(default, float) else str(default))
-        )
+        if default is None or default == ():
+            shown = "-"
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
         rows.append((name, Settings.env_var(name), shown, Settings.meaning(name)))
     if markdown:
         click.echo("| setting | environment | default | meaning |")

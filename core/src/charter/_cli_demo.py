@@ -101,13 +101,11 @@ class Session:
         self.tally.judged += 1
         asked_before = len(self.approver.asked)
         self.out.print(f"  [bold]{self.n:>2}[/bold]  {escape(label)}")
-        ran = False
         result: EvalResult | None = None
         blocked: BlockedError | None = None
         try:
             with self.gov.step(kind, verb, name=name, input=args, properties=properties) as h:
                 h.output = tool()
-                ran = True
             result = h.result
         except BlockedError as exc:
             blocked = exc
@@ -139,7 +137,6 @@ class Session:
                 self.out.print("      [green]ALLOW[/green]  ran")
             else:
                 self.out.print("             ran")
-        assert ran is (blocked is None)
         if note:
             self.out.print(f"             [dim]{escape(note)}[/dim]")
 
@@ -151,9 +148,9 @@ def _why(violations: tuple[PolicyResult, ...], reason: str) -> str:
     worst = worst or (violations[0] if violations else None)
     if worst is None:
         return reason
+    # Baseline descriptions read "Blocks X: why"; the first clause is enough here.
     text = worst.description or worst.details or reason
-    first = text.split(": ")[0] if len(text) > 160 else text
-    return f"{worst.name}: {first}"
+    return f"{worst.name}: {text.split(': ')[0]}"
 
 
 def _tool(
@@ -258,7 +255,7 @@ def _assistant_session(s: Session) -> None:
         lambda: {"text": ask},
     )
     s.step(
-        "model  plan the task (1,840 tokens)",
+        "model  plan the task",
         "step.model",
         None,
         "llm",

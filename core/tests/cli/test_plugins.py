@@ -69,4 +69,4 @@ def test_the_baseline_plugin(cli: Any) -> None:
     run, missing = cli.all(("baseline", "show", "tool-agent"), ("baseline", "path", "nope"))
     assert run.code == 0, run
     assert "deletes-need-approval" in run.out and "Asks before any delete" in run.out
-    assert missing.code == 1 and "coding-agent, tool-agent" in missing.err
+    assert missing.code == 2 and "coding-agent, tool-agent" in missing.err

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "policy-tests"
+
 POLICIES = """\
 name: shop
 version: 1
@@ -165,6 +167,9 @@ tests:
         "tests:\n  - name: uses --policy\n    steps:\n"
         "      - {kind: step.exec, name: s, input: {command: ls}, expect: allow}\n"
     )
-    run = cli("test", str(tmp_path), "--policy", "baseline:coding-agent")
+    run, examples = cli.all(
+        ("test", str(tmp_path), "--policy", "baseline:coding-agent"), ("test", str(EXAMPLES))
+    )
     assert run.code == 0, run
     assert "PASS: 4/4" in run.out
+    assert examples.code == 0, examples  # the examples the README points to keep passing

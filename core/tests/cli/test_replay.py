@@ -96,16 +96,18 @@ def test_replay_compares_what_monitor_mode_would_have_done(
     assert "block" in same.out
 
 
-def test_replay_refuses_bad_policies_and_unknown_tasks(
+def test_replay_refuses_bad_policies_unknown_tasks_and_missing_stores(
     cli: Any, demo_run: Any, tmp_path: Path
 ) -> None:
     (tmp_path / "bad.yaml").write_text(
         "name: x\nversion: 1\npolicies:\n  - name: p\n    rule_type: nope\n    severity: high\n"
     )
     here = {"cwd": demo_run.directory}
-    bad, unknown = cli.all(
+    bad, unknown, missing = cli.all(
         (("replay", "--policy", str(tmp_path / "bad.yaml")), here),
         (("replay", "--policy", "baseline:tool-agent", "--task", "zzzz"), here),
+        ("replay", "--policy", "baseline:tool-agent", str(tmp_path / "none.db")),
     )
+    assert missing.code == 2 and "there is no audit store" in missing.err
     assert bad.code == 2 and "unknown rule_type 'nope'" in bad.err
     assert unknown.code == 2 and "no task zzzz" in unknown.err

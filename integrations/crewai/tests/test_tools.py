@@ -5,6 +5,7 @@ from __future__ import annotations
 import charter
 import pytest
 from charter import Approval, callback_approver
+from charter.testing import swallowed_errors
 from charter_crewai import _translate, govern
 from charter_crewai.testing import native_tool_call
 
@@ -217,3 +218,26 @@ def test_parallel_native_calls_block_only_the_refused_one(build_crew, audit, tra
     assert steps.count(("step.resource", "get_weather", "ok")) == 2
     assert steps.count(("step.resource", "delete_file", "blocked")) == 1
     assert trail.verify().ok
+
+
+@pytest.mark.allow_internal_errors
+def test_a_recording_error_never_reaches_the_agent(build_crew, calling, audit, ran, monkeypatch):
+    def broken(ctx):
+        raise ValueError("recording bug")
+
+    monkeypatch.setattr(_translate, "tool_output", broken)
+    crew, _llm = build_crew(
+        [calling.tool("get_weather", city="Oslo"), calling.final("sunny")], native=calling.native
+    )
+    govern(crew, policies=[], audit_location=audit)
+    earlier = swallowed_errors()
+    since = earlier[-1].serial if earlier else 0
+
+    result = crew.kickoff()
+
+    assert result.raw == "sunny"
+    assert ran["get_weather"] == ["Oslo"]
+    contained = [e for e in swallowed_errors(since) if e.where.startswith("charter_crewai")]
+    assert [(e.where, e.message) for e in contained] == [
+        ("charter_crewai: recording a tool result", "recording bug")
+    ]

@@ -23,18 +23,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from charter import BlockedError, Governor, StepHandle
+from charter import BlockedError, Governor, StepHandle, report_internal_error
 from charter_templates import TemplateSet, load_templates
 
 from . import _translate as tr
 from ._crewai import CrewAI, load
 
-__all__ = ["Governance", "govern", "governed_crew_tripwire", "recent_errors"]
+__all__ = ["Governance", "govern", "governed_crew_tripwire"]
 
 logger = logging.getLogger("charter.crewai")
 
 _TASK_IDS_KEPT = 100
-_ERRORS_KEPT = 200
 
 # Registry, guarded by _lock. Keys are id() of live objects: each entry keeps a weak reference
 # and is dropped when its object dies, so an id is never mistaken for a later object's.
@@ -51,43 +50,10 @@ _started: contextvars.ContextVar[Governance | None] = contextvars.ContextVar(
     "charter_crewai_started", default=None
 )
 
-_errors: deque[tuple[str, str, str]] = deque(maxlen=_ERRORS_KEPT)
-_error_count = 0
-_logged: set[tuple[str, str]] = set()
-
-
-def recent_errors(since: int = 0) -> list[tuple[str, str, str]]:
-    """(where, type, message) of the errors this package contained after the first `since`."""
-    with _lock:
-        skipped = max(0, _error_count - len(_errors))
-        return list(_errors)[max(0, since - skipped) :]
-
-
-def error_count() -> int:
-    """How many errors this package contained (logged instead of raising) so far."""
-    return _error_count
-
 
 def _report(exc: BaseException, where: str) -> None:
-    """Log and count an error on the recording path; never raises."""
-    global _error_count
-    try:
-        kind = (where, type(exc).__name__)
-        with _lock:
-            _error_count += 1
-            _errors.append((where, kind[1], str(exc)))
-            first = kind not in _logged
-            _logged.add(kind)
-        log = logger.error if first else logger.debug
-        log(
-            "charter_crewai contained an error while %s: %s: %s",
-            where,
-            kind[1],
-            exc,
-            exc_info=first,
-        )
-    except Exception:  # the reporter must never become the failure
-        pass
+    """Log and count an error on the recording path (charter.testing fails tests on them)."""
+    report_internal_error(exc, f"charter_crewai: {where}")
 
 
 def _one_line(text: str) -> str:
@@ -587,7 +553,8 @@ class Governance:
         except Exception as exc:
             _report(exc, "uninstalling")
         for run in runs:
-            self._finish(run, RuntimeError("charter_crewai was uninstalled while this task was open"))
+            closing = RuntimeError("charter_crewai was uninstalled while this task was open")
+            self._finish(run, closing)
         if self._owns_governor:
             try:
                 self.governor.close()

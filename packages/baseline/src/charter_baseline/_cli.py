@@ -18,6 +18,13 @@ def _console() -> Any:
     return Console(highlight=False, width=None if sys.stdout.isatty() else 200)
 
 
+def _unknown(exc: ValueError) -> click.ClickException:
+    # Exit 2, as every charter command does when it cannot run on what it was given.
+    error = click.ClickException(str(exc))
+    error.exit_code = 2
+    return error
+
+
 @click.group(name="baseline", context_settings={"help_option_names": ["-h", "--help"]})
 def baseline() -> None:
     """The shipped baseline policy sets (coding-agent, tool-agent)."""
@@ -56,7 +63,7 @@ def show(name: str) -> None:
     try:
         path = baseline_path(name)
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _unknown(exc) from None
     out = _console()
     out.print(Text(f"{name}  {path}", style="bold"))
     out.print(Text(baseline_description(name)))
@@ -80,4 +87,4 @@ def path(name: str) -> None:
     try:
         click.echo(str(baseline_path(name)))
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _unknown(exc) from None
