@@ -130,10 +130,18 @@ def field_matches(view: Behavior, p: _Matches, ctx: RuleContext) -> Verdict:
     for text in texts:
         hit = search(text)
         if p.forbid and hit:
-            return Violation(f"{p.path.text} matches forbidden pattern '{p.pattern}'")
+            return Violation(f"{p.path.text} matches forbidden pattern '{_short(p.pattern)}'")
         if not p.forbid and not hit:
-            return Violation(f"{p.path.text} value {text[:80]!r} does not match '{p.pattern}'")
+            return Violation(
+                f"{p.path.text} value {text[:80]!r} does not match '{_short(p.pattern)}'"
+            )
     return True
+
+
+def _short(pattern: str) -> str:
+    # Reasons are shown to people and models and stored with every blocked step: a long
+    # pattern would drown the sentence. The policy's name and description say the rest.
+    return pattern if len(pattern) <= 60 else pattern[:57] + "..."
 
 
 @dataclass(frozen=True, slots=True)
