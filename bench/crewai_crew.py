@@ -13,9 +13,11 @@ trail in a temporary folder; prints the medians and the governed/ungoverned rati
 from __future__ import annotations
 
 import argparse
+import atexit
 import gc
 import os
 import random
+import shutil
 import statistics
 import tempfile
 import time
@@ -30,6 +32,9 @@ os.environ.update(
     CREWAI_STORAGE_DIR=os.path.join(SCRATCH, "crewai"),
     HOME=SCRATCH,
 )
+# CrewAI leaves a lock file per crew in the temp folder; keep them in the scratch one too.
+tempfile.tempdir = SCRATCH
+atexit.register(shutil.rmtree, SCRATCH, True)
 
 import charter_crewai  # noqa: E402
 from charter_crewai.testing import (  # noqa: E402

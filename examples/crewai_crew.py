@@ -24,6 +24,8 @@ os.environ.update(
     CREWAI_STORAGE_DIR=os.path.join(SCRATCH, "crewai"),
     HOME=SCRATCH,
 )
+# CrewAI leaves a lock file per crew in the temp folder; keep them in the scratch one too.
+tempfile.tempdir = SCRATCH
 
 import charter  # noqa: E402
 import charter_crewai  # noqa: E402

@@ -52,6 +52,19 @@ def _payload(value: Any) -> dict[str, Any] | None:
     return captured if isinstance(captured, dict) else {"value": captured}
 
 
+def _merged(base: dict[str, Any], extra: dict[str, Any] | None) -> dict[str, Any]:
+    """`base` with each group of `extra` merged in (a group's keys win over the base's)."""
+    if not extra:
+        return base
+    merged = dict(base)
+    for group, value in extra.items():
+        old = merged.get(group)
+        merged[group] = (
+            {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+        )
+    return merged
+
+
 def _error(exc: BaseException) -> dict[str, Any]:
     message = str(exc)
     if len(message) > _ERROR_TEXT_MAX:
@@ -128,7 +141,13 @@ class StepHandle:
         """None while running, else ``ok``, ``failed`` or ``abandoned``."""
         return self._settled
 
-    def _outcome(self, how: str, output: Any = None, exc: BaseException | None = None) -> Behavior:
+    def _outcome(
+        self,
+        how: str,
+        output: Any = None,
+        exc: BaseException | None = None,
+        properties: Any = None,
+    ) -> Behavior:
         if self._settled is not None:
             raise RuntimeError(
                 f"step {self.behavior.step_name!r} is already settled ({self._settled}); "
@@ -139,7 +158,8 @@ class StepHandle:
         if how == "ok":
             data = _payload(output if output is not None else self.output)
             meta["charter.outcome"] = Outcome.OK.value
-            return derive(b, output=data if data is not None else {}, meta=meta)
+            props = _merged(b.properties, _payload(properties))
+            return derive(b, output=data if data is not None else {}, meta=meta, properties=props)
         if how == "failed":
             assert exc is not None
             meta["charter.outcome"] = Outcome.FAILED.value
@@ -147,22 +167,37 @@ class StepHandle:
         meta["charter.outcome"] = Outcome.ABANDONED.value
         return derive(b, meta=meta)
 
-    def _settle(self, how: str, output: Any = None, exc: BaseException | None = None) -> Behavior:
+    def _settle(
+        self,
+        how: str,
+        output: Any = None,
+        exc: BaseException | None = None,
+        properties: Any = None,
+    ) -> Behavior:
         # Settled only once the record succeeded: after an AuditError (sync durability) the
         # same call can be retried, and the engine's history did not move in between.
         with self._lock:
-            recorded = self._governor.runner.record(self._outcome(how, output, exc))
+            recorded = self._governor.runner.record(self._outcome(how, output, exc, properties))
             self._settled = how
             return recorded
 
     async def _asettle(
-        self, how: str, output: Any = None, exc: BaseException | None = None
+        self,
+        how: str,
+        output: Any = None,
+        exc: BaseException | None = None,
+        properties: Any = None,
     ) -> Behavior:
-        return await self._governor._run(self._settle, how, output, exc)
+        return await self._governor._run(self._settle, how, output, exc, properties)
 
-    def complete(self, output: Any = None) -> Behavior:
-        """Record the step's success with `output` (any value; captured to I-JSON)."""
-        return self._settle("ok", output)
+    def complete(self, output: Any = None, *, properties: Any = None) -> Behavior:
+        """Record the step's success with `output` (any value; captured to I-JSON).
+
+        `properties` adds what is only known once the step ran (a model call's token usage in
+        ``{"model": {"usage": ...}}``): each group is merged into the step's own, so history
+        rules such as `budget` see it.
+        """
+        return self._settle("ok", output, properties=properties)
 
     def fail(self, exc: BaseException) -> Behavior:
         """Record the step's failure: ``{"error": {"type", "message"}}``, outcome failed."""
@@ -172,9 +207,9 @@ class StepHandle:
         """Record that the step did not run to an end (cancelled, interrupted)."""
         return self._settle("abandoned")
 
-    async def acomplete(self, output: Any = None) -> Behavior:
+    async def acomplete(self, output: Any = None, *, properties: Any = None) -> Behavior:
         """`complete` for async code (store I/O off the event loop in sync durability)."""
-        return await self._asettle("ok", output)
+        return await self._asettle("ok", output, properties=properties)
 
     async def afail(self, exc: BaseException) -> Behavior:
         """`fail` for async code."""

@@ -370,3 +370,33 @@ def test_console_approver_asks_only_on_a_terminal() -> None:
     no = charter.console_approver(request, stdin=_Terminal("\n"), stdout=io.StringIO())
     assert not no.approved
     assert charter.deny_all(request).approved is False
+
+
+def test_properties_known_after_the_step_feed_history_rules(
+    gov: Gov, read_chain: Callable[..., Any]
+) -> None:
+    """Token usage exists only once a model call returned: complete(properties=) records it,
+    and a budget policy then stops the call that would overspend."""
+    budget = {
+        "name": "token-budget",
+        "rule_type": "budget",
+        "severity": "critical",
+        "match": {"kinds": ["step.model"]},
+        "params": {"field": "properties.model.usage.total_tokens", "limit": 1000},
+    }
+    g = gov(policies=[budget])
+    calls = 0
+    with g.task(name="chat") as task:
+        for _ in range(2):
+            with g.step("step.model", name="chat", properties={"model": {"name": "m"}}) as s:
+                calls += 1
+                s.complete({"text": "hi"}, properties={"model": {"usage": {"total_tokens": 600}}})
+        with pytest.raises(BlockedError, match="token-budget"), g.step("step.model", name="chat"):
+            calls += 1
+    assert calls == 2
+    model_steps = [r for r in read_chain(task.task_id) if r["kind"] == "step.model"]
+    assert model_steps[0]["properties"]["model"] == {
+        "name": "m",
+        "usage": {"total_tokens": 600},
+    }
+    assert model_steps[2]["meta"]["charter.outcome"] == "blocked"

@@ -71,11 +71,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def crewai_environment(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Telemetry and tracing off; HOME and CrewAI's storage inside this test's tmp_path."""
+    """Telemetry and tracing off; HOME, CrewAI's storage and the temp folder (where CrewAI
+    leaves a lock file per crew) inside this test's tmp_path."""
     home = tmp_path / "home"
     home.mkdir()
     for name, value in _crewai_env(str(home)).items():
         monkeypatch.setenv(name, value)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
 
 def _loopback(address: Any) -> bool:
