@@ -195,10 +195,7 @@ class Gate:
         """Record success; `model` adds outcome-only ``properties.model`` keys (token usage,
         stop reason) where the budget rules read them. Never raises."""
         try:
-            if model:
-                self.governor.runner.record(_with_model(handle, output, model))
-            else:
-                handle.complete(output)
+            handle.complete(output, properties={"model": dict(model)} if model else None)
         except Exception as exc:
             report_internal_error(exc, f"langchain: the outcome of {handle.behavior.step_name!r}")
 
@@ -259,20 +256,3 @@ class Gate:
             await asyncio.to_thread(fn, *args)
         else:
             fn(*args)
-
-
-def _with_model(
-    handle: charter.StepHandle, output: Any, model: Mapping[str, Any]
-) -> charter.Behavior:
-    # StepHandle.complete cannot add outcome-only properties, so the outcome is built here;
-    # the action_id pairs it with its intent exactly as complete() would.
-    data = charter.capture(output)
-    payload = data if isinstance(data, dict) else {"value": data}
-    props = dict(handle.behavior.properties)
-    merged = dict(props.get("model") or {})
-    merged.update(charter.capture(dict(model)))
-    props["model"] = merged
-    meta = dict(handle.behavior.meta)
-    meta["charter.outcome"] = charter.Outcome.OK.value
-    # One replace, so the behavior is validated once (completed() then replace() is twice).
-    return handle.behavior.replace(output=payload, meta=meta, properties=props)
