@@ -39,6 +39,7 @@ def tests(session: nox.Session) -> None:
 # The oldest framework releases each integration supports, tested in environments of their own
 # (the default `tests` session covers the latest releases that uv.lock pins).
 OLDEST = {
+    "crewai": ["crewai==1.15.19"],
     "langchain": ["langchain-core==1.0.0", "langchain==1.0.0", "langgraph==1.0.0"],
     "langgraph": [
         "langgraph==1.2.0",

@@ -767,17 +767,13 @@ class Governance:
         except Exception as exc:
             _report(exc, "reading token usage")
             usage = {}
-        if usage:
-            output["usage"] = usage
-            # Token usage is only known after the call; the step's properties carry it (where
-            # budget policies read it: properties.model.usage.total_tokens) on the outcome.
-            b = entry.handle.behavior
-            props = dict(b.properties)
-            model = dict(props.get("model") or {})
-            model["usage"] = usage
-            props["model"] = model
-            entry.handle.behavior = b.replace(properties=props)
-        entry.handle.complete(output)
+        if not usage:
+            entry.handle.complete(output)
+            return
+        output["usage"] = usage
+        # Known only after the call: the outcome's properties carry it, where budget policies
+        # read it (properties.model.usage.total_tokens).
+        entry.handle.complete(output, properties={"model": {"usage": usage}})
 
     def _settle_stale_model(self, entry: _Model) -> None:
         """A model call CrewAI never reported back: native tool calls (CrewAI runs no
