@@ -110,7 +110,6 @@ class TemplateSet:
             current = self._templates.get(current.extends) if current.extends else None
         return _build(last.props, "step.unknown", None, None, name, args)
 
-
     def _rule_for(
         self, template: Template, name: str, tokens: tuple[str, ...]
     ) -> tuple[Rule, str | None] | None:
