@@ -37,6 +37,7 @@ tempfile.tempdir = SCRATCH
 atexit.register(shutil.rmtree, SCRATCH, True)
 
 import charter_crewai  # noqa: E402
+from _policies import INTEGRATION_POLICIES  # noqa: E402
 from charter_crewai.testing import (  # noqa: E402
     ScriptedLLM,
     final_answer,
@@ -48,47 +49,7 @@ from crewai import Agent, Crew, Task  # noqa: E402
 from crewai.hooks.dispatch import InterceptionPoint, register, unregister  # noqa: E402
 from crewai.tools import tool  # noqa: E402
 
-POLICIES: list[dict[str, Any]] = [
-    {
-        "name": "no-destructive-shell",
-        "rule_type": "field_matches",
-        "severity": "critical",
-        "match": {"kinds": ["step.exec"]},
-        "params": {"field": "input.command", "pattern": r"\brm\s+-rf\s+/"},
-    },
-    {
-        "name": "deletes-need-approval",
-        "rule_type": "deny",
-        "severity": "high",
-        "action": "ask",
-        "match": {"kinds": ["step.resource"], "verbs": ["DELETE"]},
-    },
-    {
-        "name": "model-call-cap",
-        "rule_type": "max_steps",
-        "severity": "critical",
-        "match": {"kinds": ["step.model"]},
-        "params": {"max": 500, "select": {"kinds": ["step.model"]}},
-    },
-    {
-        "name": "token-budget",
-        "rule_type": "budget",
-        "severity": "critical",
-        "match": {"kinds": ["step.model"]},
-        "params": {
-            "field": "properties.model.usage.total_tokens",
-            "limit": 10_000_000,
-            "select": {"kinds": ["step.model"]},
-        },
-    },
-    {
-        "name": "known-tools",
-        "rule_type": "allow_only",
-        "severity": "high",
-        "match": {"kinds": ["step.resource", "step.unknown"]},
-        "params": {"tools": ["get_*", "lookup_*"]},
-    },
-]
+POLICIES = INTEGRATION_POLICIES
 USAGE = {"prompt_tokens": 120, "completion_tokens": 30, "total_tokens": 150}
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import charter
+from _policies import INTEGRATION_POLICIES
 from charter_langchain import CharterCallbackHandler, CharterMiddleware
 from charter_templates import resolve
 from langchain.agents import create_agent
@@ -32,47 +33,7 @@ from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage
 from langchain_core.tools import tool
 
-POLICIES: list[dict[str, Any]] = [
-    {
-        "name": "no-destructive-shell",
-        "rule_type": "field_matches",
-        "severity": "critical",
-        "match": {"kinds": ["step.exec"]},
-        "params": {"field": "input.command", "pattern": r"\brm\s+-rf\s+/"},
-    },
-    {
-        "name": "deletes-need-approval",
-        "rule_type": "deny",
-        "severity": "high",
-        "action": "ask",
-        "match": {"kinds": ["step.resource"], "verbs": ["DELETE"]},
-    },
-    {
-        "name": "model-call-cap",
-        "rule_type": "max_steps",
-        "severity": "critical",
-        "match": {"kinds": ["step.model"]},
-        "params": {"max": 500, "select": {"kinds": ["step.model"]}},
-    },
-    {
-        "name": "token-budget",
-        "rule_type": "budget",
-        "severity": "critical",
-        "match": {"kinds": ["step.model"]},
-        "params": {
-            "field": "properties.model.usage.total_tokens",
-            "limit": 10_000_000,
-            "select": {"kinds": ["step.model"]},
-        },
-    },
-    {
-        "name": "known-tools",
-        "rule_type": "allow_only",
-        "severity": "high",
-        "match": {"kinds": ["step.resource", "step.unknown"]},
-        "params": {"tools": ["get_*", "lookup_*"]},
-    },
-]
+POLICIES = INTEGRATION_POLICIES
 
 
 class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
