@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,6 @@ class ManifestResult:
     description: str | None = None
     enforcement: str = "enforce"
     source: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
 
     def error_lines(self) -> list[str]:
         return [str(e) for e in self.errors]
@@ -165,7 +164,6 @@ def _parse(text: str | bytes, source: str | None) -> ManifestResult:
         description=data.get("description") if isinstance(data.get("description"), str) else None,
         enforcement=enforcement if enforcement in ("enforce", "monitor") else "enforce",
         source=source,
-        raw=data,
     )
 
 

@@ -67,11 +67,6 @@ class FieldPath:
                 return []
         return [v for v in current if v is not None]
 
-    def resolve_in(self, data: Any) -> list[Any]:
-        """Resolve the steps after the root against an arbitrary mapping (e.g. an outcome dict)."""
-        holder = type("_Holder", (), {self.root: data})()
-        return self.resolve(holder)
-
 
 def parse_path(text: object) -> FieldPath:
     """Parse a dotted path or raise ValueError saying what is wrong and what is accepted."""

@@ -24,6 +24,9 @@ from typing import Any
 
 import rfc8785
 
+from charter._behavior import CLOSING_KINDS
+from charter._ijson import MAX_SAFE_INT
+
 __all__ = [
     "CHAIN_FIELDS",
     "CLOSING_KINDS",
@@ -40,9 +43,6 @@ __all__ = [
 ]
 
 CHAIN_FIELDS = ("seq", "prev_hash", "hash")
-CLOSING_KINDS = frozenset({"task.end", "task.error", "task.idle"})
-
-_MAX_SAFE_INT = 2**53 - 1
 
 
 def _make_encoder() -> Callable[[Any], str]:
@@ -111,7 +111,7 @@ def _safe_values(values: Iterable[Any]) -> bool:
             if "e" in text or "n" in text or text.endswith(".0"):
                 return False
         elif kind is int:
-            if not -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT:
+            if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
                 return False
         elif kind is list:
             if not _safe_values(value):
@@ -148,7 +148,7 @@ def _number(text: str) -> int | float:
     value = int(text)
     # JSON numbers are IEEE doubles: JCS writes 2e20 as 200000000000000000000, which must
     # come back as that double, not as an integer outside the I-JSON range.
-    return value if -_MAX_SAFE_INT <= value <= _MAX_SAFE_INT else float(value)
+    return value if -MAX_SAFE_INT <= value <= MAX_SAFE_INT else float(value)
 
 
 def decode_json(data: str | bytes) -> Any:
