@@ -19,8 +19,8 @@ from pathlib import Path
 
 import charter
 import charter_baseline
-from charter._cli_demo import run_demo
-from charter._cli_replay import ReplayOptions, replay_chain
+from charter._cli.demo import run_demo
+from charter._cli.replay import ReplayOptions, replay_chain
 from charter_templates import resolve
 from rich.console import Console
 

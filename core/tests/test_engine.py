@@ -17,7 +17,7 @@ from charter import (
     Violation,
     rule,
 )
-from charter._registry import unregister
+from charter._policy.registry import unregister
 
 CTX = EvalContext(agent_id="agent", task_id="t1")
 

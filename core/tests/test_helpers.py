@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from charter import Behavior, capture, step_name_from, task_id_from
-from charter._ijson import checked_copy
+from charter._model.ijson import checked_copy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

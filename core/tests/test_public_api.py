@@ -42,7 +42,14 @@ def test_every_public_name_is_documented() -> None:
 
 def test_import_charter_stays_light() -> None:
     """Hooks import charter on every call: nothing heavy loads before it is used."""
-    heavy = ("yaml", "re2", "asyncio", "sqlite3", "charter._runner", "charter._engine")
+    heavy = (
+        "yaml",
+        "re2",
+        "asyncio",
+        "sqlite3",
+        "charter._runtime.runner",
+        "charter._engine.engine",
+    )
     code = f"import sys, charter; print(sorted(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -1,4 +1,4 @@
-"""Tests for charter._secrets, the secret shapes shared by no_secrets and the redactor.
+"""Tests for charter._policy.secrets, the secret shapes shared by no_secrets and the redactor.
 
 Every credential below is fake and assembled from pieces at run time, so no file in the
 repository contains anything that looks like a real token to a secret scanner.
@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import re2
-from charter._secrets import (
+from charter._policy.secrets import (
     SECRET_SHAPES,
     SecretFinding,
     SecretShape,

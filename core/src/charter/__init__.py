@@ -14,17 +14,10 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 if _TYPE_CHECKING:
-    from charter._approval import (
-        Approval,
-        ApprovalRequest,
-        Approver,
-        callback_approver,
-        console_approver,
-        deny_all,
-    )
-    from charter._audit import AuditStore, StoreError, VerifyReport, open_store
-    from charter._audit.verify import verify
-    from charter._behavior import (
+    from charter._audit.base import AuditStore, StoreError, VerifyReport
+    from charter._audit.location import open_store, verify
+    from charter._engine.engine import Decision, EvalResult, LoadReport, PolicyEngine, PolicyResult
+    from charter._model.behavior import (
         TASK_BOUNDARY_KINDS,
         ActionKind,
         Behavior,
@@ -32,10 +25,9 @@ if _TYPE_CHECKING:
         Verb,
         verbs_for,
     )
-    from charter._capture import capture
-    from charter._context import EvalContext, RuleContext
-    from charter._engine import Decision, EvalResult, LoadReport, PolicyEngine, PolicyResult
-    from charter._errors import (
+    from charter._model.capture import capture
+    from charter._model.context import EvalContext, RuleContext
+    from charter._model.errors import (
         AgentBindingError,
         AuditError,
         BlockedError,
@@ -44,79 +36,89 @@ if _TYPE_CHECKING:
         PolicyWarning,
         TaskClosedError,
     )
-    from charter._governor import Governor, StepHandle, TaskHandle
-    from charter._history import HistoryIndex, TaskHistory
-    from charter._identifiers import step_name_from, task_id_from
-    from charter._ijson import canonical_digest
-    from charter._internal import report_internal_error
-    from charter._manifest import ManifestResult, load_manifest_policies, parse_manifest
-    from charter._policy import EnforcementPoint, Policy, PolicyProblem, Severity
-    from charter._registry import RuleSpec, Violation, get_rule, registered_rules, rule
-    from charter._runner import Runner
-    from charter._schema import manifest_schema
-    from charter._selector import Selector
-    from charter._settings import Settings
-    from charter._writer import Exporter
+    from charter._model.history import HistoryIndex, TaskHistory
+    from charter._model.identifiers import step_name_from, task_id_from
+    from charter._model.ijson import canonical_digest
+    from charter._policy.manifest import ManifestResult, load_manifest_policies, parse_manifest
+    from charter._policy.policy import EnforcementPoint, Policy, PolicyProblem, Severity
+    from charter._policy.registry import RuleSpec, Violation
+    from charter._policy.schema import manifest_schema
+    from charter._policy.selector import Selector
+    from charter._runtime.approval import (
+        Approval,
+        ApprovalRequest,
+        Approver,
+        callback_approver,
+        console_approver,
+        deny_all,
+    )
+    from charter._runtime.governor import Governor, StepHandle, TaskHandle
+    from charter._runtime.internal import report_internal_error
+    from charter._runtime.runner import Runner
+    from charter._runtime.settings import Settings
+    from charter._runtime.writer import Exporter
+    from charter.rules import get_rule, registered_rules, rule
 
+# The rule look-ups go through charter.rules, which registers the built-in rules first.
 _LAZY: dict[str, str] = {
-    "report_internal_error": "charter._internal",
-    "ActionKind": "charter._behavior",
-    "AgentBindingError": "charter._errors",
-    "Approval": "charter._approval",
-    "ApprovalRequest": "charter._approval",
-    "Approver": "charter._approval",
-    "AuditError": "charter._errors",
-    "AuditStore": "charter._audit",
-    "Behavior": "charter._behavior",
-    "BlockedError": "charter._errors",
-    "CharterError": "charter._errors",
-    "Decision": "charter._engine",
-    "EnforcementPoint": "charter._policy",
-    "EvalContext": "charter._context",
-    "EvalResult": "charter._engine",
-    "Exporter": "charter._writer",
-    "Governor": "charter._governor",
-    "HistoryIndex": "charter._history",
-    "LoadReport": "charter._engine",
-    "ManifestResult": "charter._manifest",
-    "Outcome": "charter._behavior",
-    "Policy": "charter._policy",
-    "PolicyEngine": "charter._engine",
-    "PolicyLoadError": "charter._errors",
-    "PolicyProblem": "charter._policy",
-    "PolicyResult": "charter._engine",
-    "PolicyWarning": "charter._errors",
-    "RuleContext": "charter._context",
-    "RuleSpec": "charter._registry",
-    "Runner": "charter._runner",
-    "Selector": "charter._selector",
-    "Settings": "charter._settings",
-    "Severity": "charter._policy",
-    "StepHandle": "charter._governor",
-    "StoreError": "charter._audit",
-    "TASK_BOUNDARY_KINDS": "charter._behavior",
-    "TaskClosedError": "charter._errors",
-    "TaskHandle": "charter._governor",
-    "TaskHistory": "charter._history",
-    "Verb": "charter._behavior",
-    "VerifyReport": "charter._audit",
-    "Violation": "charter._registry",
-    "callback_approver": "charter._approval",
-    "canonical_digest": "charter._ijson",
-    "capture": "charter._capture",
-    "console_approver": "charter._approval",
-    "deny_all": "charter._approval",
-    "get_rule": "charter._registry",
-    "load_manifest_policies": "charter._manifest",
-    "manifest_schema": "charter._schema",
-    "open_store": "charter._audit",
-    "parse_manifest": "charter._manifest",
-    "registered_rules": "charter._registry",
-    "rule": "charter._registry",
-    "step_name_from": "charter._identifiers",
-    "task_id_from": "charter._identifiers",
-    "verbs_for": "charter._behavior",
-    "verify": "charter._audit.verify",
+    "report_internal_error": "charter._runtime.internal",
+    "ActionKind": "charter._model.behavior",
+    "AgentBindingError": "charter._model.errors",
+    "Approval": "charter._runtime.approval",
+    "ApprovalRequest": "charter._runtime.approval",
+    "Approver": "charter._runtime.approval",
+    "AuditError": "charter._model.errors",
+    "AuditStore": "charter._audit.base",
+    "Behavior": "charter._model.behavior",
+    "BlockedError": "charter._model.errors",
+    "CharterError": "charter._model.errors",
+    "Decision": "charter._engine.engine",
+    "EnforcementPoint": "charter._policy.policy",
+    "EvalContext": "charter._model.context",
+    "EvalResult": "charter._engine.engine",
+    "Exporter": "charter._runtime.writer",
+    "Governor": "charter._runtime.governor",
+    "HistoryIndex": "charter._model.history",
+    "LoadReport": "charter._engine.engine",
+    "ManifestResult": "charter._policy.manifest",
+    "Outcome": "charter._model.behavior",
+    "Policy": "charter._policy.policy",
+    "PolicyEngine": "charter._engine.engine",
+    "PolicyLoadError": "charter._model.errors",
+    "PolicyProblem": "charter._policy.policy",
+    "PolicyResult": "charter._engine.engine",
+    "PolicyWarning": "charter._model.errors",
+    "RuleContext": "charter._model.context",
+    "RuleSpec": "charter._policy.registry",
+    "Runner": "charter._runtime.runner",
+    "Selector": "charter._policy.selector",
+    "Settings": "charter._runtime.settings",
+    "Severity": "charter._policy.policy",
+    "StepHandle": "charter._runtime.governor",
+    "StoreError": "charter._audit.base",
+    "TASK_BOUNDARY_KINDS": "charter._model.behavior",
+    "TaskClosedError": "charter._model.errors",
+    "TaskHandle": "charter._runtime.governor",
+    "TaskHistory": "charter._model.history",
+    "Verb": "charter._model.behavior",
+    "VerifyReport": "charter._audit.base",
+    "Violation": "charter._policy.registry",
+    "callback_approver": "charter._runtime.approval",
+    "canonical_digest": "charter._model.ijson",
+    "capture": "charter._model.capture",
+    "console_approver": "charter._runtime.approval",
+    "deny_all": "charter._runtime.approval",
+    "get_rule": "charter.rules",
+    "load_manifest_policies": "charter._policy.manifest",
+    "manifest_schema": "charter._policy.schema",
+    "open_store": "charter._audit.location",
+    "parse_manifest": "charter._policy.manifest",
+    "registered_rules": "charter.rules",
+    "rule": "charter.rules",
+    "step_name_from": "charter._model.identifiers",
+    "task_id_from": "charter._model.identifiers",
+    "verbs_for": "charter._model.behavior",
+    "verify": "charter._audit.location",
 }
 
 __all__ = [

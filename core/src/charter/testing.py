@@ -18,12 +18,13 @@ import typing
 
 import pytest
 
-from charter import _internal, _runner
+from charter._runtime import internal as _internal
+from charter._runtime import runner as _runner
 
 if typing.TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from charter._internal import InternalError
+    from charter._runtime.internal import InternalError
 
 __all__ = ["charter_internal_errors", "pytest_configure", "swallowed_errors"]
 

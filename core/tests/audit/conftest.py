@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from charter._audit import AuditStore, open_store
+from charter._audit.base import AuditStore
+from charter._audit.location import open_store
 
 EntryFactory = Callable[..., dict[str, Any]]
 StoreFactory = Callable[..., AuditStore]

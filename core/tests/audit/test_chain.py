@@ -8,8 +8,16 @@ from typing import Any
 
 import pytest
 import rfc8785
-from charter._audit import ChainHead, canonical_bytes, canonical_json, entry_hash, is_closing
-from charter._audit.chain import decode_json, prepare_entry, seal
+from charter._audit.chain import (
+    ChainHead,
+    canonical_bytes,
+    canonical_json,
+    decode_json,
+    entry_hash,
+    is_closing,
+    prepare_entry,
+    seal,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -10,16 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from charter._audit import (
-    JsonlStore,
-    SQLiteStore,
-    StdoutStore,
-    StoreError,
-    open_store,
-    parse_location,
-    verify,
-)
 from charter._audit import jsonl as jsonl_module
+from charter._audit.base import StoreError
+from charter._audit.jsonl import JsonlStore
+from charter._audit.location import open_store, parse_location, verify
+from charter._audit.sqlite import SQLiteStore
+from charter._audit.stdout import StdoutStore
 
 EntryFactory = Callable[..., dict[str, Any]]
 FORMS = "sqlite:///path/audit.db, jsonl:///path/audit.jsonl or stdout"

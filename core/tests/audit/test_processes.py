@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from charter._audit import open_store, verify
+from charter._audit.location import open_store, verify
 
 Spawn = Callable[..., subprocess.Popen[str]]
 
@@ -16,7 +16,7 @@ Spawn = Callable[..., subprocess.Popen[str]]
 # entry n carries action_id "<tag>-<n>" and input.n = n.
 APPEND_CHILD = """
 import sys
-from charter._audit import open_store
+from charter._audit.location import open_store
 
 location, agent, task, count, batch, tag = sys.argv[1:7]
 count, batch = int(count), int(batch)
@@ -41,7 +41,7 @@ store.close()
 # argv: location. Appends one entry per call forever and prints each returned seq.
 CRASH_CHILD = """
 import sys
-from charter._audit import open_store
+from charter._audit.location import open_store
 
 store = open_store(sys.argv[1])
 n = 0

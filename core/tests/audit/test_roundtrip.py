@@ -10,15 +10,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from charter._audit import (
-    AuditStore,
-    ChainHead,
-    StdoutStore,
-    StoreError,
-    entry_hash,
-    open_store,
-    verify,
-)
+from charter._audit.base import AuditStore, StoreError
+from charter._audit.chain import ChainHead, entry_hash
+from charter._audit.location import open_store, verify
+from charter._audit.stdout import StdoutStore
 
 EntryFactory = Callable[..., dict[str, Any]]
 

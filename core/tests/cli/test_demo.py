@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import charter
-from charter._cli_demo import FAKE_STRIPE_KEY
+from charter._cli.demo import FAKE_STRIPE_KEY
 
 
 def _records(store: Path) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from charter import Behavior, EvalContext, EvalResult, PolicyEngine, PolicyResult
-from charter._ijson import canonical_digest
+from charter._model.ijson import canonical_digest
 
 AGENT = "agent"
 T0 = datetime(2024, 6, 3, 10, 0, tzinfo=UTC)  # a Monday

@@ -11,7 +11,8 @@ from typing import Any
 import charter
 import pytest
 from charter import Runner, Settings, StoreError, VerifyReport
-from charter._audit import ChainHead, SQLiteStore
+from charter._audit.chain import ChainHead
+from charter._audit.sqlite import SQLiteStore
 
 POLICIES: list[dict[str, Any]] = [
     {

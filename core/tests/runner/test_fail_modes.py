@@ -30,7 +30,7 @@ def _bash(command: str, task_id: str = "t1") -> Behavior:
 @pytest.fixture
 def fast_reload(monkeypatch: pytest.MonkeyPatch) -> None:
     # The once-per-second stat interval is tested on its own; elsewhere it only costs time.
-    monkeypatch.setattr("charter._sources._CHECK_EVERY", 0.0)
+    monkeypatch.setattr("charter._runtime.sources._CHECK_EVERY", 0.0)
 
 
 def _rewrite(path: Path, text: str) -> None:

@@ -120,7 +120,7 @@ def test_a_redaction_failure_replaces_the_payload_by_a_marker(
     def broken(text: str) -> tuple[str, int]:
         raise RuntimeError("scanner broke")
 
-    monkeypatch.setattr("charter._redact.mask_secrets", broken)
+    monkeypatch.setattr("charter._runtime.redact.mask_secrets", broken)
     runner = make_runner()
     gov = Governor(runner)
     secret = "ghp_" + "AbCdEfGhIjKlMnOpQrStUvWxYz0123456789"

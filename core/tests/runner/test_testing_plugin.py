@@ -13,7 +13,7 @@ _TESTS = textwrap.dedent(
     """
     import pytest
     import charter
-    from charter._internal import report_internal_error
+    from charter._runtime.internal import report_internal_error
 
     def test_swallows():
         report_internal_error(RuntimeError("swallowed on purpose"), "demo")

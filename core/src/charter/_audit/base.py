@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from charter._audit.chain import ChainHead, PreparedEntry, prepare_entry
-from charter._errors import CharterError
+from charter._model.errors import CharterError
 
 __all__ = [
     "BREAK_REASONS",

@@ -24,8 +24,8 @@ from typing import Any
 
 import rfc8785
 
-from charter._behavior import CLOSING_KINDS
-from charter._ijson import MAX_SAFE_INT
+from charter._model.behavior import CLOSING_KINDS
+from charter._model.ijson import MAX_SAFE_INT
 
 __all__ = [
     "CHAIN_FIELDS",

@@ -1,4 +1,4 @@
-"""Turning an audit location string into a store.
+"""Turning an audit location string into a store, and `verify()` for a store or a location.
 
 Accepted forms: `sqlite:///relative/path.db` and `sqlite:////absolute/path.db` (the text
 after the third slash is the path, as in SQLAlchemy), `sqlite:///:memory:`,
@@ -12,12 +12,12 @@ from __future__ import annotations
 import os
 from typing import Literal
 
-from charter._audit.base import AuditStore, StoreError
+from charter._audit.base import AuditStore, StoreError, VerifyReport
 from charter._audit.jsonl import JsonlStore
 from charter._audit.sqlite import SQLiteStore
 from charter._audit.stdout import StdoutStore
 
-__all__ = ["ACCEPTED_FORMS", "open_existing_store", "open_store", "parse_location"]
+__all__ = ["ACCEPTED_FORMS", "open_existing_store", "open_store", "parse_location", "verify"]
 
 ACCEPTED_FORMS = (
     "sqlite:///path/audit.db, jsonl:///path/audit.jsonl or stdout "
@@ -92,3 +92,26 @@ def open_existing_store(location: str | os.PathLike[str]) -> AuditStore:
     if path == ":memory:":
         raise StoreError("an in-memory SQLite store cannot be reopened; pass the store itself")
     return SQLiteStore(path, create=False)
+
+
+def verify(
+    location_or_store: str | os.PathLike[str] | AuditStore, task_id: str | None = None
+) -> VerifyReport:
+    """Verify the store at a location (a URL, a .db/.jsonl path) or an open store.
+
+    A location is opened without creating anything and closed afterwards; an open store is
+    verified in place and left open. Raises StoreError when the file does not exist, is not
+    a Charter store, cannot be read back (stdout), or when `task_id` is given but not stored.
+    """
+    if isinstance(location_or_store, str | os.PathLike):
+        store = open_existing_store(os.fspath(location_or_store))
+        try:
+            return store.verify(task_id)
+        finally:
+            store.close()
+    if not isinstance(location_or_store, AuditStore):
+        raise StoreError(
+            f"cannot verify a {type(location_or_store).__name__}; "
+            "pass a store location or an AuditStore"
+        )
+    return location_or_store.verify(task_id)

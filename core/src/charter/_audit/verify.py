@@ -1,4 +1,4 @@
-"""Chain verification shared by every readable store, and `verify()` for a location.
+"""Chain verification shared by every readable store (`verify()` of a location is in location).
 
 Stores load their records into `StoredRow`s (one per stored record, in physical order:
 SQLite rowid or JSONL line number) and call `check_chain` once per chain. The rules, applied
@@ -27,16 +27,15 @@ walking the chain in seq order and reporting only the first break:
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from charter._audit.base import AuditStore, BreakReason, ChainBreak, StoreError, VerifyReport
+from charter._audit.base import BreakReason, ChainBreak, VerifyReport
 from charter._audit.chain import entry_hash, is_closing
 
-__all__ = ["RecordedHead", "StoredRow", "build_report", "check_chain", "row_from_entry", "verify"]
+__all__ = ["RecordedHead", "StoredRow", "build_report", "check_chain", "row_from_entry"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,29 +204,3 @@ def build_report(
     """Assemble a VerifyReport; ok exactly when there are no breaks."""
     found = list(breaks)
     return VerifyReport(not found, chains_checked, steps_checked, found, list(warnings))
-
-
-def verify(
-    location_or_store: str | os.PathLike[str] | AuditStore, task_id: str | None = None
-) -> VerifyReport:
-    """Verify the store at a location (a URL, a .db/.jsonl path) or an open store.
-
-    A location is opened without creating anything and closed afterwards; an open store is
-    verified in place and left open. Raises StoreError when the file does not exist, is not
-    a Charter store, cannot be read back (stdout), or when `task_id` is given but not stored.
-    """
-    if isinstance(location_or_store, str | os.PathLike):
-        # Imported here: location imports the stores, and the stores import this module.
-        from charter._audit.location import open_existing_store
-
-        store = open_existing_store(os.fspath(location_or_store))
-        try:
-            return store.verify(task_id)
-        finally:
-            store.close()
-    if not isinstance(location_or_store, AuditStore):
-        raise StoreError(
-            f"cannot verify a {type(location_or_store).__name__}; "
-            "pass a store location or an AuditStore"
-        )
-    return location_or_store.verify(task_id)

@@ -1,0 +1,791 @@
+"""The `charter` command: check, explain and test policies; read, verify and replay audit trails.
+
+Exit codes, for every command except `explain`: 0 success; 1 the command ran and found a
+problem (an invalid manifest, a broken chain, a failing policy test, an unhealthy status,
+replayed decisions that changed under ``--fail-on-change``); 2 it could not run (a usage
+error, a file or store that is missing or unreadable). `explain` exits 0 for allow/warn,
+2 for ask, 3 for block and 1 when its inputs cannot be read.
+
+Subcommand groups from other distributions (``charter claude`` from charter-claude-code,
+``charter baseline`` from charter-baseline) are found through the ``charter.cli`` entry point
+group and imported only when used; one that fails to load is skipped with a one-line warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import click
+
+from charter._cli._common import short_reason
+
+if TYPE_CHECKING:
+    from importlib.metadata import EntryPoint
+
+    from rich.console import Console
+
+    from charter._audit.base import AuditStore
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_FOUND = 1
+EXIT_CANNOT_RUN = 2
+PLUGIN_GROUP = "charter.cli"
+_STORE_HELP = (
+    "Audit store: sqlite:///PATH, jsonl:///PATH, or a .db/.jsonl path "
+    "(default: CHARTER_AUDIT_LOCATION, else sqlite:///.charter/audit.db)."
+)
+
+
+def _console(stderr: bool = False) -> Console:
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    # Piped output (files, grep, tests) gets long lines instead of rich's 80 columns, so ids
+    # and reasons are never folded across lines.
+    width = None if stream.isatty() else max(int(os.environ.get("COLUMNS") or 0), 200)
+    return Console(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+
+
+def _fail(message: str, code: int = EXIT_CANNOT_RUN) -> NoReturn:
+    _console(stderr=True).print(message, markup=False)
+    raise SystemExit(code)
+
+
+# -- plugins ---------------------------------------------------------------------------------
+
+
+class CharterGroup(click.Group):
+    """The top-level group: built-in commands plus lazily loaded ``charter.cli`` plugins.
+
+    A plugin is loaded when it is invoked (or when help lists it). A plugin that cannot be
+    imported, is not a click command, or reuses a built-in name is skipped with a one-line
+    warning on stderr; the rest of the CLI keeps working.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._entry_points: dict[str, EntryPoint] | None = None
+        self._loaded: dict[str, click.Command | None] = {}
+        self._warned: set[str] = set()
+
+    def _warn(self, key: str, message: str) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            click.echo(f"charter: warning: {message}", err=True)
+
+    def _plugins(self) -> dict[str, EntryPoint]:
+        if self._entry_points is None:
+            from importlib.metadata import entry_points
+
+            found: dict[str, EntryPoint] = {}
+            try:
+                eps = list(entry_points(group=PLUGIN_GROUP))
+            except Exception as exc:  # broken metadata must not take the CLI down
+                self._warn("*", f"cannot list {PLUGIN_GROUP} plugins: {exc}")
+                eps = []
+            for ep in eps:
+                if ep.name in self.commands:
+                    self._warn(
+                        ep.name,
+                        f"plugin {ep.name!r} ({ep.value}) has the name of a built-in command; "
+                        "it is ignored",
+                    )
+                elif ep.name in found and found[ep.name].value != ep.value:
+                    self._warn(
+                        ep.name,
+                        f"plugin {ep.name!r} is registered twice ({found[ep.name].value}, "
+                        f"{ep.value}); using the first",
+                    )
+                else:
+                    found.setdefault(ep.name, ep)
+            self._entry_points = found
+        return self._entry_points
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(self._plugins()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        builtin = self.commands.get(cmd_name)
+        if builtin is not None:
+            return builtin
+        ep = self._plugins().get(cmd_name)
+        if ep is None:
+            return None
+        if cmd_name not in self._loaded:
+            self._loaded[cmd_name] = self._load(cmd_name, ep)
+        return self._loaded[cmd_name]
+
+    def _load(self, name: str, ep: EntryPoint) -> click.Command | None:
+        try:
+            command = ep.load()
+        except Exception as exc:
+            detail = " ".join(str(exc).split()) or type(exc).__name__
+            self._warn(
+                name,
+                f"plugin {name!r} ({ep.value}) could not be loaded and is skipped: "
+                f"{type(exc).__name__}: {detail}",
+            )
+            return None
+        if not isinstance(command, click.Command):
+            self._warn(
+                name,
+                f"plugin {name!r} ({ep.value}) is a {type(command).__name__}, not a click "
+                "command; it is skipped",
+            )
+            return None
+        return command
+
+
+@click.group(cls=CharterGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="charter", prog_name="charter")
+def main() -> None:
+    """Charter: govern what AI agents do, before they do it, and prove it afterwards.
+
+    Start with `charter demo`.
+    """
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+
+
+def policy_path(value: str) -> Path:
+    """A manifest path from a --policy value: a file, or ``baseline:NAME`` for a shipped
+    baseline (needs charter-baseline). Exits 2 when a baseline cannot be found."""
+    if not value.startswith("baseline:"):
+        return Path(value)
+    name = value[len("baseline:") :]
+    try:
+        import charter_baseline  # type: ignore[import-not-found, unused-ignore]
+    except ImportError:
+        _fail(f"--policy {value}: baselines need charter-baseline: pip install charter-baseline")
+    try:
+        found: Path = charter_baseline.baseline_path(name)
+    except ValueError as exc:
+        _fail(f"--policy {value}: {exc}")
+    return found
+
+
+def _policy_paths(values: Iterable[str]) -> list[Path]:
+    return [policy_path(v) for v in values]
+
+
+def default_store_location() -> str:
+    """--store default: CHARTER_AUDIT_LOCATION when it names a readable store, else the
+    runner's default (the SQLite file under .charter/)."""
+    from charter._runtime.settings import Settings
+
+    env = os.environ.get(Settings.env_var("audit_location"), "").strip()
+    if env and env.lower() not in ("stdout", "none"):
+        return env
+    return str(next(f.default for f in dataclasses.fields(Settings) if f.name == "audit_location"))
+
+
+def store_url(location: str) -> str:
+    """`location` in the URL form settings accept (a plain .db/.jsonl path becomes
+    sqlite:///PATH or jsonl:///PATH); anything it cannot parse is returned unchanged."""
+    from charter._audit.base import StoreError
+    from charter._audit.location import parse_location
+
+    try:
+        kind, path = parse_location(location)
+    except StoreError:
+        return location
+    return "stdout" if kind == "stdout" else f"{kind}:///{path}"
+
+
+def open_audit_store(location: str | None) -> AuditStore:
+    """Open an existing store for reading; exits 2 (naming the location) when it cannot."""
+    from charter._audit.base import StoreError
+    from charter._audit.location import open_existing_store
+
+    where = location or default_store_location()
+    try:
+        return open_existing_store(where)
+    except StoreError as exc:
+        hint = "" if location else "; run `charter demo` to create one, or pass --store"
+        _fail(f"charter: {exc}{hint}")
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# -- manifests -------------------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("files", nargs=-1, required=True)
+def check(files: tuple[str, ...]) -> None:
+    """Validate policy manifests; print every error with file, policy, rule and key.
+
+    FILES are YAML manifests (or baseline:NAME). Exits 1 when any file has an error.
+    """
+    from rich.markup import escape
+
+    from charter._policy.manifest import read_manifests
+
+    out = _console()
+    failed = 0
+    for result in read_manifests(_policy_paths(files)):
+        if result.valid:
+            n = len(result.policies)
+            mode = " (monitor)" if result.enforcement == "monitor" else ""
+            out.print(
+                f"[green]ok[/green]   {escape(str(result.source))}: {escape(str(result.name))} "
+                f"v{escape(str(result.version))}, "
+                f"{n} polic{'y' if n == 1 else 'ies'}{mode}"
+            )
+        else:
+            failed += 1
+            out.print(
+                f"[red]FAIL[/red] {escape(str(result.source))}: {len(result.errors)} error(s)"
+            )
+            for err in result.errors:
+                out.print(f"  - {err}", markup=False)
+    if failed:
+        raise SystemExit(EXIT_FOUND)
+
+
+@main.command()
+def schema() -> None:
+    """Print the manifest JSON Schema (built from the registered rules), for editors."""
+    from charter._policy.schema import manifest_schema
+
+    click.echo(json.dumps(manifest_schema(), indent=2, sort_keys=True))
+
+
+def _param_summary(schema: dict[str, Any]) -> str:
+    props: dict[str, Any] = schema.get("properties", {})
+    required = set(schema.get("required", []))
+    parts = []
+    for key, sub in props.items():
+        kind = sub.get("type", "")
+        if "enum" in sub:
+            kind = " / ".join(str(v) for v in sub["enum"])
+        elif isinstance(kind, list):
+            kind = " / ".join(kind)
+        label = f"`{key}`" + ("" if key in required else "?")
+        parts.append(f"{label} {kind}".strip())
+    return ", ".join(parts) or "-"
+
+
+@main.command()
+@click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
+def rules(markdown: bool) -> None:
+    """List the registered rules: what each judges and its params (? marks optional ones)."""
+    from charter._policy import rules as _builtin_rules  # noqa: F401  (registers the built-ins)
+    from charter._policy.registry import registered_rules
+
+    rows = []
+    for spec in registered_rules():
+        where = "registration" if "step_execution" not in spec.enforcement_points else "step"
+        rows.append((spec.name, where, spec.description, _param_summary(spec.params_schema)))
+    if markdown:
+        click.echo("| rule | judges | what it checks | params |")
+        click.echo("| --- | --- | --- | --- |")
+        for name, where, text, params in rows:
+            click.echo(f"| `{name}` | {where} | {text.replace('|', '/')} | {params} |")
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_lines=True)
+    for column in ("rule", "judges", "what it checks", "params"):
+        table.add_column(column, no_wrap=column == "rule")
+    for row in rows:
+        table.add_row(*(Text(r.replace("`", "")) for r in row))
+    _console().print(table)
+
+
+@main.command()
+@click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
+def settings(markdown: bool) -> None:
+    """List every setting: keyword, environment variable, default and meaning."""
+    from charter._runtime.settings import Settings
+
+    defaults = {f.name: f.default for f in dataclasses.fields(Settings)}
+    rows = []
+    for name in Settings.names():
+        default = defaults.get(name)
+        if default is None or default == ():
+            shown = "-"
+        else:
+            shown = f"{default:g}" if isinstance(default, float) else str(default)
+        rows.append((name, Settings.env_var(name), shown, Settings.meaning(name)))
+    if markdown:
+        click.echo("| setting | environment | default | meaning |")
+        click.echo("| --- | --- | --- | --- |")
+        for name, env, default, meaning in rows:
+            click.echo(f"| `{name}` | `{env}` | `{default}` | {meaning} |")
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table()
+    for column in ("setting", "environment", "default", "meaning"):
+        table.add_column(column, no_wrap=column != "meaning")
+    for row in rows:
+        table.add_row(*map(Text, row))
+    _console().print(table)
+
+
+@main.command()
+@click.option(
+    "--policy",
+    "policy_files",
+    multiple=True,
+    required=True,
+    help="Manifest file(s) to judge with (or baseline:NAME).",
+)
+@click.option("--environment", default=None, help="Environment of the evaluation context.")
+@click.option("--project-root", default=None, help="Project root for path rules.")
+@click.argument("behavior_file", type=click.Path(path_type=Path))
+def explain(
+    policy_files: tuple[str, ...],
+    environment: str | None,
+    project_root: str | None,
+    behavior_file: Path,
+) -> None:
+    """Show the decision on one step (a behavior as JSON) and why, policy by policy.
+
+    BEHAVIOR_FILE holds one behavior in wire form (kind, verb, step_name, input, properties...);
+    `-` reads it from standard input. Exits 0 for allow/warn, 2 for ask, 3 for block.
+    """
+    from charter._engine.engine import PolicyEngine
+    from charter._model.behavior import Behavior
+    from charter._model.context import EvalContext
+    from charter._model.errors import PolicyLoadError
+    from charter._policy.manifest import load_manifest_policies
+
+    err = _console(stderr=True)
+    try:
+        policies = load_manifest_policies(_policy_paths(policy_files))
+    except PolicyLoadError as exc:
+        err.print(str(exc), markup=False)
+        raise SystemExit(1) from None
+    try:
+        raw = sys.stdin.read() if str(behavior_file) == "-" else behavior_file.read_text()
+        data = json.loads(raw)
+        if not isinstance(data, dict):
+            raise ValueError("expected a JSON object")
+        data.setdefault("agent_id", "cli")
+        data.setdefault("task_id", "explain")
+        behavior = Behavior.from_dict(data)
+    except (OSError, ValueError, KeyError) as exc:
+        detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        err.print(f"{behavior_file}: not a behavior: {detail}", markup=False)
+        raise SystemExit(1) from None
+    engine = PolicyEngine(policies)
+    root = str(Path(project_root).absolute()) if project_root else None
+    context = EvalContext(
+        agent_id=behavior.agent_id,
+        task_id=behavior.task_id,
+        environment=environment,
+        project_root=root,
+    )
+    click.echo(engine.explain(behavior, context))
+    decision = engine.evaluate(behavior, context).decision.value
+    raise SystemExit({"allow": 0, "warn": 0, "ask": 2, "block": 3}[decision])
+
+
+# -- status ----------------------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--policy",
+    "policy_files",
+    multiple=True,
+    help="Manifest file(s) (or baseline:NAME), as policy_file= would; default from the env.",
+)
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--verify", "run_verify", is_flag=True, help="Also verify every chain.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status(
+    policy_files: tuple[str, ...], store: str | None, run_verify: bool, as_json: bool
+) -> None:
+    """Settings in effect, policy load state and audit store health.
+
+    Settings come from CHARTER_* environment variables (and --policy / --store), exactly as
+    a Governor built in this environment would see them. Exits 1 when policies cannot be
+    loaded (a fail-closed agent would block every step), or the store is unhealthy or broken.
+    """
+    from charter._cli.status import collect_status, print_status
+
+    overrides: dict[str, Any] = {}
+    if policy_files:
+        overrides["policy_file"] = [str(p) for p in _policy_paths(policy_files)]
+    if store:
+        overrides["audit_location"] = store_url(store)
+    try:
+        report = collect_status(overrides, verify=run_verify)
+    except ValueError as exc:
+        _fail(f"charter: {exc}")
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True, default=str))
+    else:
+        print_status(report, _console())
+    raise SystemExit(EXIT_OK if report["healthy"] else EXIT_FOUND)
+
+
+# -- the audit trail -------------------------------------------------------------------------
+
+
+def _resolve_task(store: AuditStore, task: str, agent: str | None) -> tuple[str, str]:
+    """(agent_id, task_id) for an exact task id or a unique prefix of one; exits 2 otherwise."""
+    summaries = store.list_tasks(agent)
+    exact = [s for s in summaries if s.task_id == task]
+    found = exact or [s for s in summaries if s.task_id.startswith(task)]
+    if not found:
+        _fail(f"charter: no task {task!r} in {store.location}; `charter tasks` lists them")
+    if len(found) > 1:
+        names = ", ".join(f"{s.task_id} ({s.agent_id})" for s in found[:6])
+        _fail(f"charter: {task!r} matches several tasks: {names}; give more of the id or --agent")
+    return found[0].agent_id, found[0].task_id
+
+
+@main.command()
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--agent", default=None, help="Only this agent's tasks.")
+@click.option("--limit", default=50, show_default=True, help="Show the last N tasks (0: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON lines.")
+def tasks(store: str | None, agent: str | None, limit: int, as_json: bool) -> None:
+    """List the tasks in an audit store, oldest first."""
+    from charter._audit.base import StoreError
+
+    opened = open_audit_store(store)
+    try:
+        summaries = opened.list_tasks(agent)
+    except StoreError as exc:
+        _fail(f"charter: {exc}")
+    finally:
+        opened.close()
+    shown = summaries[-limit:] if limit > 0 else summaries
+    if as_json:
+        for s in shown:
+            click.echo(json.dumps(dataclasses.asdict(s), sort_keys=True))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    out = _console()
+    if not summaries:
+        out.print(f"no tasks in {opened.location}", markup=False)
+        return
+    table = Table(title=Text(opened.location), title_justify="left")
+    for column in ("task", "agent", "records", "started (UTC)", "last (UTC)", "state"):
+        table.add_column(column, no_wrap=True, justify="right" if column == "records" else "left")
+    for s in shown:
+        state = "closed" if s.closed else f"open ({s.last_kind})"
+        table.add_row(
+            *map(
+                Text,
+                (
+                    s.task_id,
+                    s.agent_id,
+                    str(s.steps),
+                    _time(s.first_timestamp),
+                    _time(s.last_timestamp),
+                    state,
+                ),
+            )
+        )
+    out.print(table)
+    if len(shown) < len(summaries):
+        out.print(f"showing the last {len(shown)} of {len(summaries)} tasks; --limit 0 shows all")
+    out.print("charter show TASK shows one task (any unique prefix of its id)")
+
+
+def _time(stamp: str) -> str:
+    return stamp.replace("T", " ").rstrip("Z")[:23] if stamp else "-"
+
+
+def _decision_of(record: dict[str, Any]) -> tuple[str, str]:
+    """(decision, reason) recorded with a step; ("", "") for steps judged by nobody."""
+    verdict = (record.get("meta") or {}).get("charter.eval")
+    if not isinstance(verdict, dict):
+        return "", ""
+    decision = str(verdict.get("decision", ""))
+    if verdict.get("approved"):
+        decision += " (approved)"
+    if verdict.get("enforcement") == "monitor":
+        decision += " (monitor)"
+    return decision, str(verdict.get("reason") or "")
+
+
+def _describe(record: dict[str, Any]) -> str:
+    """The step as one line: its name and the gist of its input (or the gate's answer)."""
+    name = str(record.get("step_name"))
+    if record.get("kind") == "step.gate":
+        out = record.get("output") or {}
+        gate = (record.get("properties") or {}).get("gate") or {}
+        return (
+            f"{name}: {out.get('decision', '?')} by {out.get('by', '?')} for "
+            f"{gate.get('step_name', '?')}" + (f" ({out['why']})" if out.get("why") else "")
+        )
+    data = record.get("input")
+    if isinstance(data, dict) and data:
+        if len(data) == 1:
+            return f"{name} {_short(next(iter(data.values())))}"
+        return f"{name} {_short(data)}"
+    return name
+
+
+@main.command()
+@click.argument("task")
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--agent", default=None, help="The agent, when several share the task id.")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored records as JSON lines.")
+def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None:
+    """Show one task's steps: what was asked, the decision and why, and how it ended.
+
+    TASK is a task id or any unique prefix of one.
+    """
+    from charter._audit.base import StoreError
+
+    opened = open_audit_store(store)
+    try:
+        agent_id, task_id = _resolve_task(opened, task, agent)
+        records = opened.read_task(task_id, agent_id)
+    except StoreError as exc:
+        _fail(f"charter: {exc}")
+    finally:
+        opened.close()
+    if as_json:
+        for r in records:
+            click.echo(json.dumps(r, sort_keys=True, ensure_ascii=False))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    out = _console()
+    table = Table(
+        title=Text(f"task {task_id} · agent {agent_id} · {opened.location}"),
+        title_justify="left",
+    )
+    for column in ("seq", "time (UTC)", "kind", "step", "decision", "outcome", "why"):
+        table.add_column(column, no_wrap=column not in ("step", "why"))
+    colours = {"block": "red", "ask": "yellow", "warn": "yellow", "allow": "green"}
+    answers = {
+        str(gate.get("action_id")): (str((r.get("output") or {}).get("decision")), r.get("seq"))
+        for r in records
+        if r.get("kind") == "step.gate"
+        for gate in [(r.get("properties") or {}).get("gate") or {}]
+        if gate.get("action_id")
+    }
+    for r in records:
+        decision, reason = _decision_of(r)
+        answer = answers.get(str(r.get("action_id")))
+        if answer is not None and decision:
+            how = "approved" if answer[0] == "pass" else "denied"
+            decision = f"{decision.split(' ')[0]} ({how}, seq {answer[1]})"
+        outcome = str((r.get("meta") or {}).get("charter.outcome") or "")
+        if not outcome and str(r.get("kind", "")).startswith("step."):
+            outcome = "ok"
+        colour = colours.get(decision.split(" ")[0], "")
+        kind = str(r.get("kind")) + (f" {r['verb']}" if r.get("verb") else "")
+        table.add_row(
+            Text(str(r.get("seq"))),
+            Text(_time(str(r.get("timestamp", "")))[11:]),
+            Text(kind),
+            Text(_describe(r)),
+            Text(decision, style=colour),
+            Text(outcome),
+            Text("" if decision.startswith("allow") else short_reason(reason)),
+        )
+    out.print(table)
+
+
+@main.command()
+@click.argument("file", required=False)
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--task", default=None, help="Verify only this task's chains.")
+def verify(file: str | None, store: str | None, task: str | None) -> None:
+    """Verify the hash chains of an audit store: every edit, deletion, insertion or
+    reordering of a record breaks them.
+
+    FILE (or --store) names the store. Exits 1 naming the first broken link.
+    """
+    from rich.markup import escape
+
+    from charter._audit.base import StoreError
+
+    if file and store:
+        _fail("charter: give the store as FILE or as --store, not both")
+    opened = open_audit_store(file or store)
+    try:
+        report = opened.verify(task)
+    except StoreError as exc:
+        _fail(f"charter: {exc}")
+    finally:
+        opened.close()
+    out = _console()
+    for warning in report.warnings:
+        out.print(f"[yellow]warning[/yellow] {escape(warning)}")
+    if report.ok:
+        chains = "chain" if report.chains_checked == 1 else "chains"
+        out.print(
+            f"[green]verified[/green] {report.chains_checked} {chains}, "
+            f"{report.steps_checked} records in {escape(opened.location)}"
+        )
+        return
+    first = report.breaks[0]
+    out.print(
+        f"[red]BROKEN[/red] {escape(opened.location)}: first broken link: "
+        + escape(_break_text(first))
+    )
+    for more in report.breaks[1:]:
+        out.print("  also: " + _break_text(more), markup=False)
+    out.print(f"{report.chains_checked} chains, {report.steps_checked} records checked")
+    raise SystemExit(EXIT_FOUND)
+
+
+def _break_text(b: Any) -> str:
+    if not b.task_id and not b.agent_id:
+        return f"{b.reason}: {b.detail}"
+    return f"task {b.task_id} (agent {b.agent_id}) seq {b.seq}: {b.reason}: {b.detail}"
+
+
+# -- replay, test, demo ----------------------------------------------------------------------
+
+
+@main.command()
+@click.option(
+    "--policy",
+    "policy_files",
+    multiple=True,
+    required=True,
+    help="The policy set to re-judge with: manifest file(s) or baseline:NAME.",
+)
+@click.argument("file", required=False)
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@click.option("--agent", default=None, help="Only this agent's tasks.")
+@click.option(
+    "--environment",
+    envvar="CHARTER_ENVIRONMENT",
+    default=None,
+    help="Environment of the evaluation context [env CHARTER_ENVIRONMENT].",
+)
+@click.option(
+    "--project-root",
+    envvar="CHARTER_PROJECT_ROOT",
+    default=None,
+    help="Project root for path rules [env CHARTER_PROJECT_ROOT].",
+)
+@click.option(
+    "--trusted-value",
+    "trusted_values",
+    multiple=True,
+    help="An operator-trusted value for provenance rules (repeatable).",
+)
+@click.option("--all", "show_all", is_flag=True, help="List every re-judged step, changed or not.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON line per changed step.")
+@click.option("--fail-on-change", is_flag=True, help="Exit 1 when any decision would change.")
+def replay(
+    policy_files: tuple[str, ...],
+    file: str | None,
+    store: str | None,
+    task_ids: tuple[str, ...],
+    agent: str | None,
+    environment: str | None,
+    project_root: str | None,
+    trusted_values: tuple[str, ...],
+    show_all: bool,
+    as_json: bool,
+    fail_on_change: bool,
+) -> None:
+    """Re-judge recorded tasks under another policy set; print the steps whose decision
+    would change, with the old and new decision and the new reason.
+
+    Each task is replayed in order with a fresh engine, against its history as it really
+    happened (a step that is now blocked still ran then). Try a policy change on last week's
+    traffic before shipping it.
+    """
+    from charter._cli.replay import ReplayOptions, run_replay
+    from charter._model.errors import PolicyLoadError
+    from charter._policy.manifest import load_manifest_policies
+
+    if file and store:
+        _fail("charter: give the store as FILE or as --store, not both")
+    try:
+        policies = load_manifest_policies(_policy_paths(policy_files))
+    except PolicyLoadError as exc:
+        _fail(str(exc))
+    env_trusted = os.environ.get("CHARTER_TRUSTED_VALUES", "")
+    trusted = tuple(trusted_values) or tuple(v.strip() for v in env_trusted.split(",") if v.strip())
+    options = ReplayOptions(
+        policies=policies,
+        label=", ".join(policy_files),
+        task_ids=task_ids,
+        agent=agent,
+        environment=environment,
+        project_root=str(Path(project_root).absolute()) if project_root else None,
+        trusted_values=trusted,
+        show_all=show_all,
+        as_json=as_json,
+    )
+    opened = open_audit_store(file or store)
+    try:
+        changed = run_replay(opened, options, _console(), _console(stderr=True))
+    finally:
+        opened.close()
+    if changed and fail_on_change:
+        raise SystemExit(EXIT_FOUND)
+
+
+@main.command(name="test")
+@click.argument("paths", nargs=-1, required=True)
+@click.option(
+    "--policy",
+    "policy_files",
+    multiple=True,
+    help="Manifest(s) or baseline:NAME for test files that name no policies of their own.",
+)
+@click.option("--run", "pattern", default=None, help="Only tests whose name matches this regex.")
+@click.option("-v", "--verbose", is_flag=True, help="Print every step's decision.")
+def test_command(
+    paths: tuple[str, ...], policy_files: tuple[str, ...], pattern: str | None, verbose: bool
+) -> None:
+    """Run policy tests: YAML files (*_test.yaml) holding step sequences with the decision
+    each step must get.
+
+    PATHS are test files or directories searched recursively. Prints a pass/fail report with
+    the difference for every failing step; exits 1 when any test fails or a file is invalid,
+    2 when no test file is found.
+    """
+    from charter._cli.policytest import find_test_files, run_test_files
+
+    files = find_test_files([Path(p) for p in paths])
+    if isinstance(files, str):
+        _fail(f"charter: {files}")
+    defaults = [str(p) for p in _policy_paths(policy_files)]
+    ok = run_test_files(files, defaults, pattern, verbose, _console())
+    raise SystemExit(EXIT_OK if ok else EXIT_FOUND)
+
+
+@main.command()
+@click.option("--store", default=None, help="Where to write the audit trail. " + _STORE_HELP)
+def demo(store: str | None) -> None:
+    """Run a scripted agent session against the baseline policies, offline, no key needed.
+
+    Two simulated agents (a coding agent and an email assistant) take steps that Charter
+    judges before they run: allowed steps, a warning, approvals answered by a scripted
+    approver, a destructive command blocked, a secret redacted from the record, and flow rules
+    firing after credentials or untrusted content were read. Nothing is executed: the tools
+    are simulated. The audit trail is written, verified, and summarised.
+    """
+    from charter._cli.demo import run_demo
+
+    location = store_url(store or default_store_location())
+    raise SystemExit(run_demo(location, store is not None, _console()))

@@ -1,0 +1,1 @@
+"""The engine layer: the policy engine and its decisions."""

@@ -1,0 +1,558 @@
+"""The policy engine: pure, in memory, thread-safe. It judges steps and keeps task history.
+
+The engine never does I/O and never reads the clock; the runner around it does both. Every
+verdict can therefore be replayed from the recorded history alone.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, NamedTuple
+
+from charter._model.behavior import CLOSING_KINDS, ActionKind, Behavior
+from charter._model.context import EvalContext, RuleContext
+from charter._model.errors import AgentBindingError, PolicyLoadError, TaskClosedError
+from charter._model.history import TaskHistory
+from charter._policy.policy import (
+    CompiledPolicy,
+    EnforcementPoint,
+    Policy,
+    Severity,
+    compile_policies,
+)
+
+__all__ = ["Decision", "EvalResult", "LoadReport", "PolicyEngine", "PolicyResult"]
+
+
+class Decision(StrEnum):
+    """What happens to a step: run, run with a warning, ask a human, or refuse."""
+
+    ALLOW = "allow"
+    WARN = "warn"
+    ASK = "ask"
+    BLOCK = "block"
+
+
+_WEIGHT = {
+    Severity.CRITICAL: 1.0,
+    Severity.HIGH: 0.75,
+    Severity.MEDIUM: 0.5,
+    Severity.LOW: 0.25,
+    Severity.INFO: 0.05,
+}
+_RANK = {Decision.ALLOW: 0, Decision.WARN: 1, Decision.ASK: 2, Decision.BLOCK: 3}
+
+
+class PolicyResult(NamedTuple):
+    """The verdict of one evaluated policy; `details` says why it was violated.
+
+    A named tuple because one is built per policy per step, on the hot path.
+    """
+
+    name: str
+    rule_type: str
+    severity: Severity
+    violated: bool
+    details: str | None = None
+    ask: bool = False
+    description: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "rule_type": self.rule_type,
+            "severity": self.severity.value,
+            "violated": self.violated,
+            "details": self.details,
+            "ask": self.ask,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    """The decision on one step, with one result per policy that was evaluated.
+
+    `recorded_seq` is set when the runner recorded the step itself (a blocked step is recorded
+    by the gate that blocked it). `reason` is one line for the user or the model.
+    """
+
+    decision: Decision
+    risk_score: float
+    results: tuple[PolicyResult, ...]
+    action_id: str | None = None
+    recorded_seq: int | None = None
+    reason: str = ""
+
+    @property
+    def violations(self) -> tuple[PolicyResult, ...]:
+        return tuple(r for r in self.results if r.violated)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The I-JSON form kept in ``meta["charter.eval"]`` of the recorded step."""
+        return {
+            "decision": self.decision.value,
+            "risk_score": round(self.risk_score, 4),
+            "reason": self.reason,
+            "violations": [r.to_dict() for r in self.results if r.violated],
+            "evaluated": len(self.results),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """The engine's policy state: `enforcing`, `none_configured` (an empty set was loaded) or
+    `unavailable` (nothing loaded yet); `offered` policies in the set, `enforced` of them that
+    apply to the bound agent."""
+
+    state: str
+    offered: int
+    enforced: int
+    by_enforcement_point: Mapping[str, int] = field(default_factory=dict)
+    source: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A task's state as `PolicyEngine.checkpoint` saw it (opaque to callers)."""
+
+    task_id: str
+    task: TaskHistory | None
+    steps: int
+    last_seq: int
+    closing: bool
+    open_intents: dict[str, Behavior]
+
+
+def _aggregate(results: list[PolicyResult]) -> tuple[Decision, float, str]:
+    decision = Decision.ALLOW
+    keep = 1.0
+    deciding: PolicyResult | None = None
+    for r in results:
+        if not r.violated:
+            continue
+        keep *= 1.0 - _WEIGHT[r.severity]
+        if r.severity is Severity.CRITICAL:
+            d = Decision.BLOCK
+        elif r.ask:
+            d = Decision.ASK
+        elif r.severity is Severity.INFO:
+            d = Decision.ALLOW
+        else:
+            d = Decision.WARN
+        if (
+            deciding is None
+            or _RANK[d] > _RANK[decision]
+            or (_RANK[d] == _RANK[decision] and _WEIGHT[r.severity] > _WEIGHT[deciding.severity])
+        ):
+            decision, deciding = d, r
+    reason = _reason(decision, deciding)
+    return decision, 1.0 - keep, reason
+
+
+def _reason(decision: Decision, r: PolicyResult | None) -> str:
+    if r is None:
+        return "allowed: no policy was violated"
+    why = r.details or r.description or f"rule {r.rule_type} was violated"
+    verb = {
+        Decision.BLOCK: "blocked",
+        Decision.ASK: "approval required",
+        Decision.WARN: "warning",
+        Decision.ALLOW: "noted",
+    }[decision]
+    return f"{verb} by policy {r.name!r} ({r.severity.value}): {why}"
+
+
+class PolicyEngine:
+    """Judges steps against a policy set and keeps each task's history; pure and thread-safe.
+
+    An engine serves one agent: the first call binds it, and a call for another agent raises
+    AgentBindingError. Tasks follow a lifecycle: `record` of task.start opens one, task.end /
+    task.error / task.idle make it closing (later writes raise TaskClosedError), `end_task`
+    evicts it, and an ended task's id is remembered so it is never reused.
+    """
+
+    def __init__(
+        self,
+        policies: Iterable[Policy | Mapping[str, Any]] | None = None,
+        *,
+        closed_task_memory: int = 10_000,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._compiled: tuple[CompiledPolicy, ...] = ()
+        self._loaded = False
+        self._source: str | None = None
+        self._applicable: dict[tuple[Any, ...], tuple[CompiledPolicy, ...]] = {}
+        self._tasks: dict[str, TaskHistory] = {}
+        self._closed: OrderedDict[str, None] = OrderedDict()
+        self._closed_memory = closed_task_memory
+        self._agent_id: str | None = None
+        self._empty_history = TaskHistory("-")
+        if policies is not None:
+            self.load_policies(policies)
+
+    # -- policies ---------------------------------------------------------------------------
+
+    def load_policies(
+        self, policies: Iterable[Policy | Mapping[str, Any]], *, source: str | None = None
+    ) -> LoadReport:
+        """Replace the policy set, whole or not at all.
+
+        Raises PolicyLoadError listing every problem; the previous set then stays in force.
+        An empty iterable is a valid set: the state becomes `none_configured`.
+        """
+        compiled, problems = compile_policies(policies, source)
+        if problems:
+            raise PolicyLoadError([str(p) for p in problems], source or "policy set")
+        with self._lock:
+            self._compiled = tuple(compiled)
+            self._loaded = True
+            self._source = source
+            self._applicable.clear()
+        return self.load_report()
+
+    @property
+    def policies(self) -> tuple[Policy, ...]:
+        return tuple(c.policy for c in self._compiled)
+
+    def load_report(self) -> LoadReport:
+        """The current load state and counts (see LoadReport)."""
+        with self._lock:
+            offered = len(self._compiled)
+            if not self._loaded:
+                state = "unavailable"
+            elif offered == 0:
+                state = "none_configured"
+            else:
+                state = "enforcing"
+            agent = self._agent_id
+            enforced = sum(
+                1 for c in self._compiled if agent is None or _agent_applies(c.policy, agent)
+            )
+            return LoadReport(
+                state=state,
+                offered=offered,
+                enforced=enforced,
+                by_enforcement_point=self.counts_by_enforcement_point(),
+                source=self._source,
+            )
+
+    def counts_by_enforcement_point(self) -> dict[str, int]:
+        """How many loaded policies are judged at each enforcement point."""
+        counts = {p.value: 0 for p in EnforcementPoint}
+        for c in self._compiled:
+            counts[c.policy.enforcement_point.value] += 1
+        return counts
+
+    def _policies_for(
+        self, context: EvalContext, point: EnforcementPoint
+    ) -> tuple[CompiledPolicy, ...]:
+        key = (point, context.environment, context.risk_classification, context.agent_id)
+        found = self._applicable.get(key)
+        if found is None:
+            found = tuple(
+                c
+                for c in self._compiled
+                if c.policy.enforcement_point is point and _applies(c.policy, context)
+            )
+            self._applicable[key] = found
+        return found
+
+    # -- judging ----------------------------------------------------------------------------
+
+    def evaluate(self, intended: Behavior, context: EvalContext) -> EvalResult:
+        """Judge `intended` against every applicable policy whose selector matches it.
+
+        Returns the aggregated decision: critical violations block, high/medium/low warn, info
+        allows (and is reported), a violated ``action: ask`` policy asks unless something
+        blocks. A rule that raises counts as violated, with the error in its details.
+        Refuses (ValueError) a context that names another task or agent than the step.
+        """
+        if context.agent_id != intended.agent_id or context.task_id != intended.task_id:
+            raise ValueError(
+                "context does not describe this step: context is for "
+                f"{context.agent_id!r}/{context.task_id!r}, the step for "
+                f"{intended.agent_id!r}/{intended.task_id!r}"
+            )
+        with self._lock:
+            if self._agent_id != intended.agent_id:
+                self._bind(intended.agent_id)
+            history = self._tasks.get(intended.task_id)
+            if history is None:
+                # A task the engine has not seen is judged on an empty history; indexes built
+                # on this shared empty history never receive steps, so sharing it is safe.
+                history = self._empty_history
+            ctx = RuleContext(context, history)
+            results: list[PolicyResult] = []
+            for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION):
+                if c.selector.matches(intended):
+                    results.append(_judge(c, intended, ctx))
+        decision, risk, reason = _aggregate(results)
+        return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
+
+    def evaluate_registration(self, context: EvalContext) -> EvalResult:
+        """Judge the agent itself (purpose, owner, classification) with registration policies."""
+        with self._lock:
+            self._bind(context.agent_id)
+            ctx = RuleContext(context, TaskHistory(context.task_id))
+            results = [
+                _judge(c, context, ctx)
+                for c in self._policies_for(context, EnforcementPoint.AGENT_REGISTRATION)
+            ]
+        decision, risk, reason = _aggregate(results)
+        return EvalResult(decision, risk, tuple(results), None, None, reason)
+
+    def explain(self, intended: Behavior, context: EvalContext) -> str:
+        """A human-readable account of `evaluate`: the decision, then each policy's verdict."""
+        result = self.evaluate(intended, context)
+        lines = [
+            f"{intended.kind.value}"
+            + (f" {intended.verb.value}" if intended.verb else "")
+            + f" {intended.step_name!r}: {result.decision.value.upper()}"
+            f" (risk {result.risk_score:.2f})",
+            f"  {result.reason}",
+        ]
+        evaluated = {r.name for r in result.results}
+        for r in result.results:
+            mark = "VIOLATED" if r.violated else "ok"
+            ask = ", asks" if r.ask and r.violated else ""
+            detail = f": {r.details}" if r.violated and r.details else ""
+            lines.append(f"  [{mark}] {r.name} ({r.rule_type}, {r.severity.value}{ask}){detail}")
+        with self._lock:
+            skipped = [
+                c.policy.name
+                for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
+                if c.policy.name not in evaluated
+            ]
+        if skipped:
+            lines.append(f"  not matching this step: {', '.join(skipped)}")
+        if not result.results:
+            lines.append("  no policy applies to this step")
+        return "\n".join(lines)
+
+    # -- history ----------------------------------------------------------------------------
+
+    def register_intent(self, intended: Behavior) -> None:
+        """Remember an allowed step that is about to run, until its outcome is recorded.
+
+        Refuses an intent without action_id, one whose action_id was used in the task, one that
+        already has output, and any write to a task that is not open.
+        """
+        if intended.action_id is None:
+            raise ValueError("an intent needs an action_id, so its outcome can be paired with it")
+        if not intended.is_intent:
+            raise ValueError("register_intent takes a step that has not run (output must be None)")
+        with self._lock:
+            self._bind(intended.agent_id)
+            task = self._open_task(intended.task_id)
+            if intended.action_id in task.action_ids:
+                raise ValueError(
+                    f"action_id {intended.action_id!r} is already used in task "
+                    f"{intended.task_id!r}; each step needs its own action_id"
+                )
+            task.action_ids.add(intended.action_id)
+            task.open_intents[intended.action_id] = intended
+
+    def record(self, outcome: Behavior) -> Behavior:
+        """Add a completed step (or task boundary) to its task's history; returns it with seq.
+
+        task.start opens a task (refused if open, or if the id belonged to an ended task);
+        closing kinds make the task closing. seq is assigned when None and must increase
+        strictly when given. An action_id may be reused only by the outcome of its own intent.
+        """
+        with self._lock:
+            self._bind(outcome.agent_id)
+            tid = outcome.task_id
+            if outcome.kind is ActionKind.TASK_START:
+                if tid in self._closed:
+                    raise TaskClosedError(
+                        f"task {tid!r} has ended and its id cannot be reused; start a new task id"
+                    )
+                if tid in self._tasks:
+                    raise ValueError(
+                        f"task {tid!r} is already started; record task.start once per task"
+                    )
+                task = TaskHistory(tid)
+            else:
+                task = self._open_task(tid)
+            aid = outcome.action_id
+            if aid is not None:
+                if aid in task.action_ids:
+                    if aid not in task.open_intents or outcome.is_intent:
+                        raise ValueError(
+                            f"action_id {aid!r} is already used in task {tid!r}; the only "
+                            "reuse allowed is recording the outcome of its own open intent"
+                        )
+            seq = outcome.seq
+            if seq is None:
+                outcome = outcome.replace(seq=task.last_seq + 1)
+            elif seq <= task.last_seq:
+                raise ValueError(
+                    f"seq {seq} is not above the task's last seq {task.last_seq}; "
+                    "seq must increase strictly (pass seq=None to have it assigned)"
+                )
+            if aid is not None:
+                task.action_ids.add(aid)
+                task.open_intents.pop(aid, None)
+            if outcome.kind is ActionKind.TASK_START:
+                self._tasks[tid] = task
+            elif outcome.kind in CLOSING_KINDS:
+                task.closing = True
+            task.append(outcome)
+            return outcome
+
+    def end_task(self, task_id: str) -> None:
+        """Evict a task; its id is remembered (bounded) so it cannot be started again."""
+        with self._lock:
+            self._tasks.pop(task_id, None)
+            self._closed[task_id] = None
+            self._closed.move_to_end(task_id)
+            while len(self._closed) > self._closed_memory:
+                self._closed.popitem(last=False)
+
+    def get_history(self, task_id: str) -> tuple[Behavior, ...]:
+        """The recorded steps of an open or closing task, in seq order (empty if unknown)."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return tuple(task.steps) if task else ()
+
+    def open_intents(self, task_id: str) -> tuple[Behavior, ...]:
+        """Intents registered in the task whose outcome has not been recorded yet."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return tuple(task.open_intents.values()) if task else ()
+
+    def task_state(self, task_id: str) -> str:
+        """`open`, `closing`, `ended` (evicted, id remembered) or `unknown`."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None:
+                return "closing" if task.closing else "open"
+            return "ended" if task_id in self._closed else "unknown"
+
+    def next_seq(self, task_id: str) -> int:
+        """The seq `record` would assign to the task's next step (1 for an unknown task)."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return task.last_seq + 1 if task else 1
+
+    def open_intent(self, task_id: str, action_id: str) -> Behavior | None:
+        """The open intent `action_id` of the task, or None when there is none."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return task.open_intents.get(action_id) if task else None
+
+    def checkpoint(self, task_id: str) -> Checkpoint:
+        """A cheap mark of the task's state, for `rollback` right after a failed write.
+
+        The runner takes one before recording a step whose store commit may still fail
+        (durability "sync"), so the history never runs ahead of the audit trail.
+        """
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return Checkpoint(task_id, None, 0, 0, False, {})
+            return Checkpoint(
+                task_id, task, len(task.steps), task.last_seq, task.closing, dict(task.open_intents)
+            )
+
+    def rollback(self, checkpoint: Checkpoint) -> None:
+        """Undo every `record` of the task since `checkpoint` (and nothing else).
+
+        Intents registered since are kept; history indexes are rebuilt on their next use.
+        """
+        with self._lock:
+            tid = checkpoint.task_id
+            task = self._tasks.get(tid)
+            if task is None:
+                return
+            if checkpoint.task is None or checkpoint.task is not task:
+                if checkpoint.task is None:
+                    del self._tasks[tid]
+                return
+            undone = task.steps[checkpoint.steps :]
+            rebuilt = TaskHistory(tid)
+            rebuilt.steps = task.steps[: checkpoint.steps]
+            rebuilt.last_seq = checkpoint.last_seq
+            rebuilt.closing = checkpoint.closing
+            rebuilt.action_ids = task.action_ids
+            rebuilt.open_intents = task.open_intents
+            for step in undone:
+                aid = step.action_id
+                if aid is None:
+                    continue
+                if aid in checkpoint.open_intents:
+                    rebuilt.open_intents[aid] = checkpoint.open_intents[aid]
+                else:
+                    rebuilt.action_ids.discard(aid)
+            self._tasks[tid] = rebuilt
+
+    def active_tasks(self) -> tuple[str, ...]:
+        with self._lock:
+            return tuple(self._tasks)
+
+    @property
+    def agent_id(self) -> str | None:
+        return self._agent_id
+
+    def _bind(self, agent_id: str) -> None:
+        if self._agent_id is None:
+            self._agent_id = agent_id
+            self._applicable.clear()
+        elif agent_id != self._agent_id:
+            raise AgentBindingError(
+                f"this engine serves agent {self._agent_id!r}, not {agent_id!r}; "
+                "use one engine (or Governor) per agent"
+            )
+
+    def _open_task(self, task_id: str) -> TaskHistory:
+        task = self._tasks.get(task_id)
+        if task is None:
+            if task_id in self._closed:
+                raise TaskClosedError(f"task {task_id!r} has ended; start a new task to continue")
+            raise ValueError(f"task {task_id!r} was not started; record a task.start first")
+        if task.closing:
+            raise TaskClosedError(
+                f"task {task_id!r} is closing (task.end/task.error recorded); "
+                "no more steps can be recorded in it"
+            )
+        return task
+
+
+def _agent_applies(policy: Policy, agent_id: str) -> bool:
+    return policy.agents is None or agent_id in policy.agents
+
+
+def _applies(policy: Policy, context: EvalContext) -> bool:
+    # An unknown environment or classification does not exempt a step from a policy scoped to
+    # one: governance fails closed, so the narrower policy still applies.
+    if policy.environments is not None and context.environment is not None:
+        if context.environment not in policy.environments:
+            return False
+    if policy.risk_classifications is not None and context.risk_classification is not None:
+        if context.risk_classification not in policy.risk_classifications:
+            return False
+    return _agent_applies(policy, context.agent_id)
+
+
+def _judge(c: CompiledPolicy, view: Any, ctx: RuleContext) -> PolicyResult:
+    p = c.policy
+    try:
+        verdict = c.spec.fn(view, c.prepared, ctx)
+    except Exception as exc:  # a broken rule must not become an allow
+        return PolicyResult(
+            p.name,
+            p.rule_type,
+            p.severity,
+            True,
+            f"rule {p.rule_type} raised {type(exc).__name__}: {exc}",
+            c.ask,
+            p.description,
+        )
+    if verdict:
+        return PolicyResult(p.name, p.rule_type, p.severity, False, None, c.ask, p.description)
+    details = getattr(verdict, "detail", None)
+    return PolicyResult(p.name, p.rule_type, p.severity, True, details, c.ask, p.description)

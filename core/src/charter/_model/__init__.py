@@ -1,0 +1,1 @@
+"""The model layer: behaviors, identifiers, I-JSON, errors, contexts and task history."""

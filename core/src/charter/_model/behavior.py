@@ -1,0 +1,243 @@
+"""The behavior: one agent step, typed, before (intent) or after (outcome) it runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from charter._model.identifiers import check_identifier, check_step_name
+from charter._model.ijson import checked_copy
+
+__all__ = [
+    "TASK_BOUNDARY_KINDS",
+    "ActionKind",
+    "Behavior",
+    "Outcome",
+    "Verb",
+    "verbs_for",
+]
+
+
+class ActionKind(StrEnum):
+    """The 12 kinds of behavior: four task boundaries and eight kinds of step."""
+
+    TASK_START = "task.start"
+    TASK_END = "task.end"
+    TASK_ERROR = "task.error"
+    TASK_IDLE = "task.idle"
+    STEP_MODEL = "step.model"
+    STEP_EXEC = "step.exec"
+    STEP_RESOURCE = "step.resource"
+    STEP_MESSAGE = "step.message"
+    STEP_CREDENTIAL = "step.credential"
+    STEP_SELF = "step.self"
+    STEP_GATE = "step.gate"
+    STEP_UNKNOWN = "step.unknown"
+
+
+class Verb(StrEnum):
+    """What a step does to its target."""
+
+    GET = "GET"
+    POST = "POST"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+
+
+class Outcome(StrEnum):
+    """How a recorded step ended; kept in ``meta["charter.outcome"]``.
+
+    Only `ok` steps happened: history rules ignore blocked, failed and abandoned steps.
+    """
+
+    OK = "ok"
+    FAILED = "failed"
+    BLOCKED = "blocked"
+    ABANDONED = "abandoned"
+
+
+_OUTCOMES = frozenset(o.value for o in Outcome)
+TASK_BOUNDARY_KINDS = frozenset(
+    {ActionKind.TASK_START, ActionKind.TASK_END, ActionKind.TASK_ERROR, ActionKind.TASK_IDLE}
+)
+CLOSING_KINDS = frozenset({ActionKind.TASK_END, ActionKind.TASK_ERROR, ActionKind.TASK_IDLE})
+
+_ALL_VERBS = frozenset(Verb)
+_VERBS: dict[ActionKind, frozenset[Verb]] = {
+    ActionKind.STEP_RESOURCE: _ALL_VERBS,
+    ActionKind.STEP_CREDENTIAL: _ALL_VERBS,
+    ActionKind.STEP_SELF: _ALL_VERBS,
+    ActionKind.STEP_MESSAGE: frozenset({Verb.GET, Verb.POST}),
+}
+_VERB_ORDER = list(Verb)
+
+
+def verbs_for(kind: ActionKind | str) -> tuple[Verb, ...]:
+    """The verbs `kind` takes, in GET/POST/PATCH/DELETE order; empty when it takes none."""
+    allowed = _VERBS.get(ActionKind(kind), frozenset())
+    return tuple(v for v in _VERB_ORDER if v in allowed)
+
+
+def _check_verb(kind: ActionKind, verb: object) -> Verb | None:
+    allowed = _VERBS.get(kind)
+    if allowed is None:
+        if verb is None:
+            return None
+        raise ValueError(f"verb {verb!r}: {kind.value} takes no verb; pass verb=None")
+    names = "/".join(v.value for v in verbs_for(kind))
+    if verb is None:
+        raise ValueError(f"verb is missing: {kind.value} takes one of {names}")
+    try:
+        v = Verb(str(verb))
+    except ValueError:
+        raise ValueError(f"verb {verb!r}: not a verb; {kind.value} takes one of {names}") from None
+    if v not in allowed:
+        raise ValueError(f"verb {v.value!r}: {kind.value} takes only {names}")
+    return v
+
+
+def _check_kind(kind: object) -> ActionKind:
+    try:
+        return ActionKind(str(kind))
+    except ValueError:
+        names = ", ".join(k.value for k in ActionKind)
+        raise ValueError(f"kind {kind!r}: not a behavior kind; use one of {names}") from None
+
+
+def _check_timestamp(ts: object) -> datetime:
+    if not isinstance(ts, datetime):
+        raise ValueError(f"timestamp must be a datetime, not {type(ts).__name__}")
+    if ts.tzinfo is None or ts.utcoffset() is None:
+        raise ValueError(
+            "timestamp has no time zone: pass an aware datetime, e.g. datetime.now(timezone.utc)"
+        )
+    return ts if ts.tzinfo is UTC else ts.astimezone(UTC)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Behavior:
+    """One agent step, as an intent (``output is None``) or an outcome.
+
+    Construction validates everything and refuses with a ValueError naming the field and the
+    fix: identifiers follow the grammar (letters, digits, ``. _ : -``), `verb` is one the kind
+    takes, the timestamp is aware (stored in UTC), and the payloads (`input`, `output`,
+    `properties`, `meta`) are I-JSON; payloads are copied, so the caller's objects can change
+    afterwards without changing what was judged.
+    """
+
+    agent_id: str
+    task_id: str
+    kind: ActionKind
+    step_name: str
+    verb: Verb | None = None
+    action_id: str | None = None
+    seq: int | None = None
+    timestamp: datetime = field(default_factory=_now)
+    input: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+    properties: dict[str, Any] = field(default_factory=dict)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        check_identifier("agent_id", self.agent_id)
+        check_identifier("task_id", self.task_id)
+        if self.action_id is not None:
+            check_identifier("action_id", self.action_id)
+        kind = _check_kind(self.kind)
+        set_(self, "kind", kind)
+        set_(self, "verb", _check_verb(kind, self.verb))
+        check_step_name(self.step_name)
+        if self.seq is not None and (type(self.seq) is not int or self.seq < 1):
+            raise ValueError(f"seq {self.seq!r}: must be a positive integer or None")
+        set_(self, "timestamp", _check_timestamp(self.timestamp))
+        for name in ("input", "output"):
+            value = getattr(self, name)
+            if value is not None:
+                set_(self, name, _checked_object(value, name))
+        set_(self, "properties", _checked_object(self.properties, "properties"))
+        set_(self, "meta", _checked_object(self.meta, "meta"))
+
+    @property
+    def is_intent(self) -> bool:
+        """True for a step not yet run: a step with no output and no outcome marker."""
+        return self.output is None and "charter.outcome" not in self.meta
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the step ended: ``meta["charter.outcome"]``, else `ok`."""
+        value = self.meta.get("charter.outcome")
+        return Outcome(value) if isinstance(value, str) and value in _OUTCOMES else Outcome.OK
+
+    def replace(self, **changes: Any) -> Behavior:
+        """A validated copy with `changes` applied (the copy is checked like a new behavior)."""
+        return dataclasses.replace(self, **changes)
+
+    def completed(
+        self, output: dict[str, Any] | None, *, outcome: Outcome | str = Outcome.OK
+    ) -> Behavior:
+        """The outcome of this intent: same identity, with `output` and the outcome marker."""
+        meta = dict(self.meta)
+        meta["charter.outcome"] = Outcome(outcome).value
+        return dataclasses.replace(self, output=output if output is not None else {}, meta=meta)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The wire form's behavior fields (timestamps in UTC with microseconds and ``Z``)."""
+        return {
+            "agent_id": self.agent_id,
+            "task_id": self.task_id,
+            "action_id": self.action_id,
+            "seq": self.seq,
+            "timestamp": format_timestamp(self.timestamp),
+            "kind": self.kind.value,
+            "verb": self.verb.value if self.verb is not None else None,
+            "step_name": self.step_name,
+            "input": self.input,
+            "output": self.output,
+            "properties": self.properties,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Behavior:
+        """Rebuild a behavior from its wire form; chain fields (hash, prev_hash) are ignored."""
+        ts = data.get("timestamp")
+        return cls(
+            agent_id=data.get("agent_id", ""),
+            task_id=data["task_id"],
+            kind=data["kind"],
+            step_name=data["step_name"],
+            verb=data.get("verb"),
+            action_id=data.get("action_id"),
+            seq=data.get("seq"),
+            timestamp=parse_timestamp(ts) if isinstance(ts, str) else _now(),
+            input=data.get("input"),
+            output=data.get("output"),
+            properties=data.get("properties") or {},
+            meta=data.get("meta") or {},
+        )
+
+
+def _checked_object(value: Any, path: str) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise ValueError(f"{path}: must be a dict (an I-JSON object), not {type(value).__name__}")
+    out: dict[str, Any] = checked_copy(value, path)
+    return out
+
+
+def format_timestamp(ts: datetime) -> str:
+    """UTC, microseconds, ``Z``: the one timestamp format of the audit trail."""
+    return ts.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def parse_timestamp(text: str) -> datetime:
+    """Parse an ISO 8601 timestamp with an offset (``Z`` accepted) into an aware UTC datetime."""
+    ts = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return _check_timestamp(ts)

@@ -1,0 +1,66 @@
+"""What a rule may know besides the step: the agent, its environment and the task so far."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from charter._model.identifiers import check_identifier
+
+if TYPE_CHECKING:
+    from charter._model.history import TaskHistory
+
+__all__ = ["EvalContext", "RuleContext"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvalContext:
+    """The agent and its setting, supplied by the caller; the engine fetches nothing itself.
+
+    `declared_tools` feeds `allow_only` when it lists no tools; `project_root` feeds path rules;
+    `trusted_values` are values an operator declared trusted (allowlisted recipients, hosts)
+    for provenance rules. There is deliberately no "now": time rules read the step's timestamp.
+    """
+
+    agent_id: str
+    task_id: str
+    environment: str | None = None
+    risk_classification: str | None = None
+    agent_name: str | None = None
+    agent_purpose: str | None = None
+    agent_owner: str | None = None
+    declared_tools: tuple[str, ...] | None = None
+    project_root: str | None = None
+    trusted_values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_identifier("agent_id", self.agent_id)
+        check_identifier("task_id", self.task_id)
+        if self.declared_tools is not None:
+            object.__setattr__(self, "declared_tools", tuple(self.declared_tools))
+        object.__setattr__(self, "trusted_values", tuple(self.trusted_values))
+
+
+class RuleContext:
+    """Handed to every rule call: the evaluation context and the task's history (read only).
+
+    A plain slotted class rather than a dataclass: one is built per evaluation, on the hot path.
+    """
+
+    __slots__ = ("context", "history")
+
+    def __init__(self, context: EvalContext, history: TaskHistory) -> None:
+        self.context = context
+        self.history = history
+
+    @property
+    def project_root(self) -> str | None:
+        return self.context.project_root
+
+    @property
+    def declared_tools(self) -> tuple[str, ...] | None:
+        return self.context.declared_tools
+
+    @property
+    def environment(self) -> str | None:
+        return self.context.environment

@@ -1,0 +1,1 @@
+"""The policy layer: policies, manifests, params, selectors and the rule registry."""

@@ -1,0 +1,166 @@
+"""The rule registry: built-in and user rules, registered with `charter.rule`.
+
+A leaf: the table and the decorator only. The built-in rules register themselves when
+`charter._policy.rules` is imported; every module that looks rules up imports that package.
+"""
+
+from __future__ import annotations
+
+import difflib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from charter._policy.params import check_params
+
+__all__ = ["RuleSpec", "Violation", "check_condition", "get_rule", "registered_rules", "rule"]
+
+ENFORCEMENT_POINTS = ("step_execution", "agent_registration")
+
+RuleFn = Callable[[Any, Any, Any], Any]
+F = TypeVar("F", bound=RuleFn)
+
+
+class Violation:
+    """A falsy rule result that says why: ``return Violation("command matches 'rm -rf'")``.
+
+    A rule returns True when the step complies and False (or a Violation) when it violates.
+    """
+
+    __slots__ = ("detail",)
+
+    def __init__(self, detail: str) -> None:
+        self.detail = detail
+
+    def __bool__(self) -> bool:
+        return False
+
+    def __repr__(self) -> str:
+        return f"Violation({self.detail!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleSpec:
+    """A registered rule: its function, params schema and the points where it may be enforced.
+
+    `prepare` turns checked params into whatever the function wants on the hot path (compiled
+    patterns, selectors); it runs once per policy load and may raise ValueError to refuse.
+    """
+
+    name: str
+    description: str
+    fn: RuleFn
+    params_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    enforcement_points: frozenset[str] = frozenset({"step_execution"})
+    example_params: dict[str, Any] | None = None
+    prepare: Callable[[dict[str, Any]], Any] | None = None
+    builtin: bool = False
+
+
+_lock = threading.Lock()
+_rules: dict[str, RuleSpec] = {}
+
+
+def rule(
+    *,
+    name: str,
+    description: str,
+    params_schema: dict[str, Any] | None = None,
+    enforcement_points: Iterable[str] = ("step_execution",),
+    example_params: dict[str, Any] | None = None,
+    prepare: Callable[[dict[str, Any]], Any] | None = None,
+    replace: bool = False,
+    _builtin: bool = False,
+) -> Callable[[F], F]:
+    """Register a rule function ``fn(view, params, ctx) -> bool | Violation``.
+
+    The function must be pure: no I/O, no clock; history comes from ``ctx.history`` and time
+    from the behavior's own timestamp. Returns the function unchanged. Refuses (ValueError) a
+    name already registered unless ``replace=True``, and unknown enforcement points.
+    """
+    points = frozenset(enforcement_points)
+    unknown = points - set(ENFORCEMENT_POINTS)
+    if unknown or not points:
+        raise ValueError(
+            f"rule {name!r}: enforcement_points must be among {', '.join(ENFORCEMENT_POINTS)}"
+        )
+    if not name or not name.replace("_", "").isalnum():
+        raise ValueError(f"rule name {name!r}: use letters, digits and underscores")
+
+    def register(fn: F) -> F:
+        spec = RuleSpec(
+            name=name,
+            description=description,
+            fn=fn,
+            params_schema=params_schema or {"type": "object"},
+            enforcement_points=points,
+            example_params=example_params,
+            prepare=prepare,
+            builtin=_builtin,
+        )
+        with _lock:
+            if name in _rules and not replace:
+                raise ValueError(
+                    f"rule {name!r} is already registered; pass replace=True to override it"
+                )
+            _rules[name] = spec
+        return fn
+
+    return register
+
+
+def unregister(name: str) -> None:
+    """Remove a user rule (tests); built-in rules cannot be removed."""
+    with _lock:
+        spec = _rules.get(name)
+        if spec is not None and spec.builtin:
+            raise ValueError(f"rule {name!r} is built in and cannot be removed")
+        _rules.pop(name, None)
+
+
+def get_rule(name: str) -> RuleSpec:
+    """The rule registered as `name`; KeyError naming the closest registered names otherwise."""
+    spec = _rules.get(name)
+    if spec is None:
+        raise KeyError(unknown_rule_message(name))
+    return spec
+
+
+def unknown_rule_message(name: object) -> str:
+    close = difflib.get_close_matches(str(name), list(_rules), n=3, cutoff=0.5)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    return f"unknown rule_type {name!r}{hint} (registered: {', '.join(sorted(_rules))})"
+
+
+def registered_rules() -> tuple[RuleSpec, ...]:
+    """Every registered rule, sorted by name."""
+    with _lock:
+        return tuple(sorted(_rules.values(), key=lambda s: s.name))
+
+
+def check_condition(cond: Any, path: str) -> list[str]:
+    """Validate a nested ``{rule_type, params}`` condition (compound rules), recursively."""
+    if not isinstance(cond, dict):
+        return [f"{path}: expected an object with rule_type and params"]
+    errors: list[str] = []
+    extra = set(cond) - {"rule_type", "params"}
+    for key in sorted(extra):
+        errors.append(f"{path}.{key}: unknown key; a condition takes rule_type and params")
+    name = cond.get("rule_type")
+    if not isinstance(name, str):
+        return [*errors, f"{path}.rule_type: required, the name of a registered rule"]
+    try:
+        spec = get_rule(name)
+    except KeyError as exc:
+        return [*errors, f"{path}.rule_type: {exc.args[0]}"]
+    if "step_execution" not in spec.enforcement_points:
+        errors.append(f"{path}.rule_type: {name!r} is a registration rule, not a step rule")
+    params = cond.get("params", {})
+    errors.extend(check_params(params, spec.params_schema, f"{path}.params", check_condition))
+    if not errors and spec.prepare is not None:
+        try:
+            spec.prepare(params)
+        except ValueError as exc:
+            errors.append(f"{path}.params: {exc}")
+    return errors

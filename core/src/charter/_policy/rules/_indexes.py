@@ -1,0 +1,579 @@
+"""History indexes for the built-in history rules.
+
+Each index is fed every recorded step exactly once, in seq order (see `TaskHistory.index`), and
+keeps only what its rules look up: a count, a running sum, sorted timestamps, approval queues, a
+set of normalised values. A lookup then costs O(1) or O(log n) whatever the length of the task.
+
+Every index is stored under a key naming the index and everything its `add` depends on (the
+selector's key, the field path, the options), so policies with equal params share one index
+and no index ever reads params it was not keyed by. An index never reads the clock and never
+looks at anything but the steps it is given, so replaying the same steps into a fresh history
+builds an identical index.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import re
+import unicodedata
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
+from charter._model.ijson import canonical_digest
+from charter._model.paths import FieldPath, iter_strings
+from charter._policy.selector import Selector
+
+__all__ = [
+    "CountIndex",
+    "GateIndex",
+    "GateOptions",
+    "ProvenanceIndex",
+    "RepeatIndex",
+    "SumIndex",
+    "TimeIndex",
+    "TriggerIndex",
+    "Where",
+    "index_key",
+    "micros",
+    "numbers_at",
+    "provenance_keys",
+    "step_digest",
+    "trusted_candidates",
+]
+
+
+def index_key(*parts: Any) -> str:
+    """An index key as a string: its hash is computed once and cached, where a tuple of enum
+    members would be hashed again on every lookup."""
+    return repr(parts)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(ts: datetime) -> int:
+    """Microseconds since the epoch; integers, so a window boundary is compared exactly."""
+    return (ts - _EPOCH) // _MICROSECOND
+
+
+_last_digest: tuple[Behavior | None, str] = (None, "")
+
+
+def step_digest(step: Behavior) -> str:
+    """`canonical_digest` of the step's input (``{}`` when it has none).
+
+    Several indexes and rules need the digest of the same step in a row (the engine feeds one
+    step to every index; one evaluation runs several rules), so the last one is remembered by
+    identity. Behaviors are immutable, so identity is enough; the tuple swap is atomic.
+    """
+    global _last_digest
+    last, digest = _last_digest
+    if last is step:
+        return digest
+    digest = canonical_digest(step.input or {})
+    _last_digest = (step, digest)
+    return digest
+
+
+def numbers_at(path: FieldPath, step: Behavior) -> tuple[float, list[Any]]:
+    """The sum of the numbers at `path` in `step` and the values there that are not numbers.
+
+    Lists are summed item by item. A negative number counts as 0: a budget only grows, so a
+    step cannot hand budget back by claiming a negative cost.
+    """
+    total: float = 0
+    bad: list[Any] = []
+    for value in _flatten(path.resolve(step)):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            bad.append(value)
+        elif value > 0:
+            total += value
+    return total, bad
+
+
+def _flatten(values: Iterable[Any]) -> Iterator[Any]:
+    for v in values:
+        if isinstance(v, list):
+            yield from _flatten(v)
+        elif v is not None:
+            yield v
+
+
+def _is_step(step: Behavior) -> bool:
+    return step.kind not in TASK_BOUNDARY_KINDS
+
+
+class CountIndex:
+    """How many recorded `ok` steps match the selector."""
+
+    __slots__ = ("_select", "count")
+
+    def __init__(self, select: Selector) -> None:
+        self._select = select
+        self.count = 0
+
+    @staticmethod
+    def key(select: Selector) -> str:
+        return index_key("charter.count_ok", select.key)
+
+    def add(self, step: Behavior) -> None:
+        if step.outcome is Outcome.OK and self._select.matches(step):
+            self.count += 1
+
+
+class TimeIndex:
+    """The timestamps (µs, sorted) of recorded steps that match the selector and whose outcome
+    is one of `outcomes`; `count_after` is a bisection."""
+
+    __slots__ = ("_outcomes", "_select", "_times")
+
+    def __init__(self, select: Selector, outcomes: frozenset[Outcome]) -> None:
+        self._select = select
+        self._outcomes = outcomes
+        self._times: list[int] = []
+
+    @staticmethod
+    def key(select: Selector, outcomes: frozenset[Outcome]) -> str:
+        return index_key("charter.times", select.key, tuple(sorted(outcomes)))
+
+    def add(self, step: Behavior) -> None:
+        if step.outcome in self._outcomes and self._select.matches(step):
+            # Timestamps almost always arrive in order, so insort appends; concurrent steps
+            # may arrive slightly out of order and are still placed correctly.
+            bisect.insort(self._times, micros(step.timestamp))
+
+    def count_after(self, after_us: int) -> int:
+        """How many indexed steps are stamped strictly later than `after_us`."""
+        return len(self._times) - bisect.bisect_right(self._times, after_us)
+
+
+class SumIndex:
+    """The running sum of the numbers at `path` over recorded `ok` steps matching the selector."""
+
+    __slots__ = ("_path", "_select", "total")
+
+    def __init__(self, select: Selector, path: FieldPath) -> None:
+        self._select = select
+        self._path = path
+        self.total: float = 0
+
+    @staticmethod
+    def key(select: Selector, path: FieldPath) -> str:
+        return index_key("charter.sum_ok", select.key, path.text)
+
+    def add(self, step: Behavior) -> None:
+        if step.outcome is Outcome.OK and self._select.matches(step):
+            self.total += numbers_at(self._path, step)[0]
+
+
+# -- approvals ---------------------------------------------------------------------------------
+
+
+class GateOptions:
+    """What makes a recorded step.gate approve a step (the params of `requires_gate`)."""
+
+    __slots__ = ("bind_input", "gate_kind", "key", "same_step", "select", "single_use", "within")
+
+    def __init__(
+        self,
+        gate_kind: str | None,
+        same_step: bool,
+        bind_input: bool,
+        within: int | None,
+        single_use: bool,
+        select: Selector,
+    ) -> None:
+        self.gate_kind = gate_kind
+        self.same_step = same_step
+        self.bind_input = bind_input
+        self.within = within
+        self.single_use = single_use
+        self.select = select
+        self.key = index_key(
+            "charter.gates", gate_kind, same_step, bind_input, within, single_use, select.key
+        )
+
+    def binding(self, step: Behavior) -> tuple[str | None, str | None]:
+        """The (step_name, input digest) an approval for `step` must carry; None = not bound."""
+        return (
+            step.step_name if self.same_step else None,
+            step_digest(step) if self.bind_input else None,
+        )
+
+    def consumes(self, step: Behavior) -> bool:
+        return step.kind is not ActionKind.STEP_GATE and self.select.matches(step)
+
+
+class _GateGroup:
+    """The approvals for one binding: passing gates not yet used, and what happened last."""
+
+    __slots__ = ("last_refused", "last_used", "open", "pruned")
+
+    def __init__(self) -> None:
+        # (position in the history, seq) of passing gates not yet used, in position order.
+        self.open: list[tuple[int, int]] = []
+        self.last_used: tuple[int, int] | None = None  # (gate seq, seq of the step that used it)
+        self.last_refused: tuple[int, str] | None = None  # (gate seq, decision)
+        self.pruned: int | None = None  # seq of the newest gate that fell out of the window
+
+
+class GateIndex:
+    """Recorded approvals (step.gate) grouped by what they bind, with single-use bookkeeping.
+
+    A passing gate joins its group's queue; when `single_use`, the first later `ok` step that
+    the gate would have authorised (same binding, within the window) uses it up, oldest
+    eligible gate first. A later `deny` for the same binding revokes the open approvals.
+    Gates of another `gate_kind`, gates whose own outcome was not ok and gates missing the
+    step_name or digest the options bind are ignored.
+    """
+
+    __slots__ = ("_groups", "_opts", "length")
+
+    def __init__(self, opts: GateOptions) -> None:
+        self._opts = opts
+        self._groups: dict[tuple[str | None, str | None], _GateGroup] = {}
+        self.length = 0
+
+    def add(self, step: Behavior) -> None:
+        pos = self.length
+        self.length += 1
+        opts = self._opts
+        if step.kind is ActionKind.STEP_GATE:
+            if step.outcome is Outcome.OK:
+                self._add_gate(step, pos)
+            return
+        if not opts.single_use or step.outcome is not Outcome.OK or not opts.consumes(step):
+            return
+        group = self._groups.get(opts.binding(step))
+        if group is None:
+            return
+        self._drop_expired(group, pos)
+        if group.open:
+            gate_seq = group.open.pop(0)[1]
+            group.last_used = (gate_seq, step.seq or 0)
+
+    def _add_gate(self, step: Behavior, pos: int) -> None:
+        gate = _dict(step.properties.get("gate"))
+        opts = self._opts
+        if opts.gate_kind is not None and gate.get("kind") != opts.gate_kind:
+            return
+        name = gate.get("step_name") if opts.same_step else None
+        digest = gate.get("digest") if opts.bind_input else None
+        if (opts.same_step and not isinstance(name, str)) or (
+            opts.bind_input and not isinstance(digest, str)
+        ):
+            return
+        group = self._groups.setdefault((name, digest), _GateGroup())
+        decision = _dict(step.output).get("decision")
+        if decision == "pass":
+            group.open.append((pos, step.seq or 0))
+            return
+        if decision == "deny":
+            # A reviewer who denies what they approved earlier has changed their mind.
+            group.open.clear()
+        group.last_refused = (step.seq or 0, str(decision))
+
+    def _drop_expired(self, group: _GateGroup, pos: int) -> None:
+        """Drop the open gates outside the window of a step at history position `pos`: they
+        have expired for good (positions only grow), and the queue stays short."""
+        within = self._opts.within
+        if within is not None:
+            i = bisect.bisect_left(group.open, (pos - within,))
+            if i:
+                group.pruned = group.open[i - 1][1]
+                del group.open[:i]
+
+    def lookup(self, binding: tuple[str | None, str | None]) -> tuple[int, _GateGroup | None]:
+        """How many approvals are open for a step judged now (used-up and expired ones left
+        out), and the group, for the details."""
+        group = self._groups.get(binding)
+        if group is None:
+            return 0, None
+        lo = 0
+        if self._opts.within is not None:
+            lo = bisect.bisect_left(group.open, (self.length - self._opts.within,))
+        return len(group.open) - lo, group
+
+    def expired_seq(self, group: _GateGroup) -> int | None:
+        """Seq of the newest passing gate that is older than the window, if any."""
+        within = self._opts.within
+        if within is None:
+            return None
+        lo = bisect.bisect_left(group.open, (self.length - within,))
+        return group.open[lo - 1][1] if lo else group.pruned
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+# -- flow ----------------------------------------------------------------------------------------
+
+
+class Where:
+    """Conditions on a step's fields (`forbid_after`'s ``after.where``); all must hold.
+
+    Each condition holds when some value at its field equals `equals`, is one of `in`, or (a
+    string) contains a match of `pattern`.
+    """
+
+    __slots__ = ("_conds", "key")
+
+    def __init__(self, conds: Iterable[tuple[FieldPath, str, Any]], key: tuple[Any, ...]) -> None:
+        self._conds = tuple(conds)
+        self.key = key
+
+    def matches(self, step: Behavior) -> bool:
+        return all(_holds(path, op, arg, step) for path, op, arg in self._conds)
+
+
+def _holds(path: FieldPath, op: str, arg: Any, step: Behavior) -> bool:
+    for value in _flatten(path.resolve(step)):
+        if op == "equals":
+            if _same_scalar(value, arg):
+                return True
+        elif op == "in":
+            if any(_same_scalar(value, a) for a in arg):
+                return True
+        elif isinstance(value, str) and arg.search(value) is not None:
+            return True
+    return False
+
+
+def _same_scalar(a: Any, b: Any) -> bool:
+    # JSON true is not 1: compare booleans only with booleans.
+    return (isinstance(a, bool) == isinstance(b, bool)) and a == b
+
+
+class TriggerIndex:
+    """The latest recorded `ok` step matching `after` (+ `where`), and how many `ok` steps
+    (task boundaries excluded) have happened since it."""
+
+    __slots__ = ("_select", "_where", "last", "ok_steps")
+
+    def __init__(self, select: Selector, where: Where) -> None:
+        self._select = select
+        self._where = where
+        self.ok_steps = 0
+        self.last: tuple[int, int, str] | None = None  # (ok_steps after it, seq, step_name)
+
+    @staticmethod
+    def key(select: Selector, where: Where) -> str:
+        return index_key("charter.trigger", select.key, where.key)
+
+    def add(self, step: Behavior) -> None:
+        if step.outcome is not Outcome.OK:
+            return
+        if _is_step(step):
+            self.ok_steps += 1
+        if self._select.matches(step) and self._where.matches(step):
+            self.last = (self.ok_steps, step.seq or 0, step.step_name)
+
+    def since(self) -> int:
+        """`ok` steps that happened after the latest trigger (call only when `last` is set)."""
+        assert self.last is not None
+        return self.ok_steps - self.last[0]
+
+
+class RepeatIndex:
+    """How often each (step_name, input digest) ran: `ok` steps, and failed or abandoned ones."""
+
+    __slots__ = ("not_ok", "ok")
+
+    KEY = index_key("charter.repeats")
+
+    def __init__(self) -> None:
+        self.ok: Counter[tuple[str, str]] = Counter()
+        self.not_ok: Counter[tuple[str, str]] = Counter()
+
+    def add(self, step: Behavior) -> None:
+        outcome = step.outcome
+        if outcome is Outcome.BLOCKED or not _is_step(step):
+            return
+        counter = self.ok if outcome is Outcome.OK else self.not_ok
+        counter[(step.step_name, step_digest(step))] += 1
+
+
+# -- provenance ----------------------------------------------------------------------------------
+
+# Strings longer than this are indexed only up to it: a value found past the cut is then not
+# trusted, which fails closed, and a huge trusted output cannot blow up the index.
+MAX_INDEXED_CHARS = 100_000
+# Whole strings and lines up to this length are candidates themselves (a recipient name, an
+# address line); longer ones only contribute their tokens.
+MAX_WHOLE = 1_024
+# Runs of up to this many words are candidates too, for multi-word values ("Bob Smith").
+MAX_NGRAM = 4
+
+_PUNCT = "\"'`()[]{}<>,;:!?.*"
+_EMAIL = r"[^\s@<>()\[\]{},;:\"'`]+@[^\s@<>()\[\]{},;:\"'`/]+\.[^\s@<>()\[\]{},;:\"'`/]+"
+_URL = r"[a-z][a-z0-9+.\-]*://[^\s<>\"'`]+"
+_DOMAIN = r"[\w-]+(?:\.[\w-]+)+"
+_IBAN_SPACED = r"(?i)\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"
+_IBAN = r"[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}"
+_IBAN_MAX_TEXT = 64  # an IBAN is at most 34 characters, 42 when spaced in groups of four
+_ANGLE_EMAIL = r".*<([^<>\s]+@[^<>\s]+)>\s*"
+
+
+@functools.cache
+def _rx(pattern: str) -> re.Pattern[str]:
+    """Patterns are compiled on first use: loading the rules must stay cheap (a hook process
+    loads them for every step) and most processes never index provenance."""
+    return re.compile(pattern)
+
+
+def _nfkc(s: str) -> str:
+    # ASCII is already NFKC; skipping the call matters on the hot path.
+    return s if s.isascii() else unicodedata.normalize("NFKC", s)
+
+
+def norm_text(s: str) -> str:
+    """NFKC, whitespace runs collapsed, stripped, case-folded: how text values are compared."""
+    return " ".join(_nfkc(s).split()).casefold()
+
+
+def norm_host(s: str) -> str:
+    """The host of a URL, ``user@host`` or bare host name: no scheme, userinfo, port, path or
+    trailing dot; NFKC and case-folded."""
+    h = norm_text(s)
+    if "://" in h:
+        h = h.split("://", 1)[1]
+    elif h.startswith("//"):
+        h = h[2:]
+    h = re.split(r"[/?#\s]", h, maxsplit=1)[0]
+    h = h.rsplit("@", 1)[-1]
+    if h.startswith("["):
+        end = h.find("]")
+        h = h[1:end] if end > 0 else h[1:]
+    else:
+        h = h.split(":", 1)[0]
+    return h.rstrip(".")
+
+
+def norm_iban(s: str) -> str:
+    """NFKC, all whitespace removed, upper-cased."""
+    return "".join(_nfkc(s).split()).upper()
+
+
+def _iban_ok(compact: str) -> bool:
+    # ISO 13616 check digits: move the first four characters to the end, letters to numbers.
+    moved = compact[4:] + compact[:4]
+    try:
+        return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
+    except ValueError:
+        return False
+
+
+def provenance_keys(value: str, mode: str) -> tuple[tuple[str, str], ...]:
+    """The index keys under which `value` counts as seen, for a normalisation `mode`.
+
+    Namespaces: ``t`` text (emails included), ``h`` hosts, ``i`` IBAN-like account numbers.
+    ``auto`` treats an IBAN-like value as an IBAN (or its text), ``Name <addr>`` as the address
+    and anything else as text.
+    """
+    if mode == "host":
+        return (("h", norm_host(value)),)
+    if mode == "iban":
+        return (("i", norm_iban(value)),)
+    if mode in ("auto", "email") and ">" in value:
+        m = _rx(_ANGLE_EMAIL).fullmatch(_nfkc(value))
+        if m is not None:
+            return (("t", norm_text(m.group(1))),)
+    if mode == "auto" and len(value) <= _IBAN_MAX_TEXT and "@" not in value:
+        compact = norm_iban(value)
+        if _rx(_IBAN).fullmatch(compact):
+            return (("i", compact), ("t", norm_text(value)))
+    return (("t", norm_text(value)),)
+
+
+def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
+    """Add every normalised candidate value found in one trusted string to `out`."""
+    raw = _nfkc(text[:MAX_INDEXED_CHARS])
+    for m in _rx(_IBAN_SPACED).finditer(raw):
+        _add_iban(m.group(0), out)
+    n = norm_text(raw)
+    if not n:
+        return
+    if len(n) <= MAX_WHOLE:
+        out.add(("t", n))
+    if "\n" in raw or "\r" in raw:
+        for line in raw.splitlines():
+            ln = norm_text(line)
+            if ln and len(ln) <= MAX_WHOLE:
+                out.add(("t", ln))
+    words = [w.strip(_PUNCT) for w in n.split(" ")]
+    for i, word in enumerate(words):
+        if not word:
+            continue
+        out.add(("t", word))
+        for j in range(i + 2, min(i + MAX_NGRAM, len(words)) + 1):
+            gram = " ".join(words[i:j]).strip(_PUNCT)
+            out.add(("t", gram))
+        if "." in word and _rx(_DOMAIN).fullmatch(host := norm_host(word)):
+            out.add(("h", host))
+        if _rx(_IBAN).fullmatch(upper := word.upper()):
+            _add_iban(upper, out)
+    for m in _rx(_EMAIL).finditer(n):
+        email = m.group(0).strip(_PUNCT)
+        out.add(("t", email))
+        out.add(("h", norm_host(email)))
+    for m in _rx(_URL).finditer(n):
+        host = norm_host(m.group(0))
+        if host:
+            out.add(("h", host))
+
+
+def _add_iban(found: str, out: set[tuple[str, str]]) -> None:
+    compact = norm_iban(found)
+    out.add(("i", compact))
+    # A spaced IBAN followed by a 4-character word is matched too long; the valid prefixes
+    # (check digits) are the IBAN that was meant.
+    for end in range(len(compact) - 1, 14, -1):
+        if _iban_ok(compact[:end]):
+            out.add(("i", compact[:end]))
+
+
+def trusted_candidates(values: Iterable[str]) -> frozenset[tuple[str, str]]:
+    """The candidate keys of several trusted strings (e.g. the context's trusted values)."""
+    out: set[tuple[str, str]] = set()
+    for v in values:
+        _add_candidates(v, out)
+    return frozenset(out)
+
+
+class ProvenanceIndex:
+    """Normalised candidate values from trusted content, extracted once per recorded step.
+
+    Trusted content: the input and output of an `ok` step.message GET whose
+    ``properties.message.role`` is ``user``, and the output of any `ok` step marked
+    ``properties.data.trust == "trusted"``.
+    """
+
+    __slots__ = ("values",)
+
+    KEY = index_key("charter.provenance", MAX_INDEXED_CHARS, MAX_WHOLE, MAX_NGRAM)
+
+    def __init__(self) -> None:
+        self.values: set[tuple[str, str]] = set()
+
+    def add(self, step: Behavior) -> None:
+        if step.outcome is not Outcome.OK:
+            return
+        sources: list[Any] = []
+        props = step.properties
+        if (
+            step.kind is ActionKind.STEP_MESSAGE
+            and step.verb is Verb.GET
+            and _dict(props.get("message")).get("role") == "user"
+        ):
+            sources += [step.input, step.output]
+        if _dict(props.get("data")).get("trust") == "trusted":
+            sources.append(step.output)
+        for source in sources:
+            for text in iter_strings(source):
+                _add_candidates(text, self.values)

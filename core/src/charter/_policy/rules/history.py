@@ -1,0 +1,639 @@
+"""History rules: limits, budgets, approvals, flow, repeats and provenance over the task.
+
+Every rule here reads the task through an index (see `charter._policy.rules._indexes`), never by
+scanning `ctx.history.steps`, so judging a step costs about the same at depth 10,000 as at 10.
+Open intents (steps allowed and running, not yet recorded) are few and are read directly.
+
+What counts as having happened: only recorded steps whose outcome is `ok`. Blocked, failed and
+abandoned steps never trigger a flow rule, never count towards a limit or budget and never
+make content trusted. `rate_limit` is the exception by design: it throttles attempts, so by
+default it also counts failed and abandoned steps (they reached, or may have reached, their
+target); blocked steps never ran and are never counted.
+
+The step being judged is an intent: its own timestamp is the only clock these rules read.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
+
+from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
+from charter._model.context import RuleContext
+from charter._model.ijson import canonical_digest
+from charter._model.paths import FieldPath, parse_path
+from charter._policy.regex import compile_re2
+from charter._policy.registry import Violation, rule
+from charter._policy.rules._fields import FIELD_SCHEMA, if_missing_schema
+from charter._policy.rules._indexes import (
+    CountIndex,
+    GateIndex,
+    GateOptions,
+    ProvenanceIndex,
+    RepeatIndex,
+    SumIndex,
+    TimeIndex,
+    TriggerIndex,
+    Where,
+    micros,
+    numbers_at,
+    provenance_keys,
+    step_digest,
+    trusted_candidates,
+)
+from charter._policy.selector import SELECTOR_SCHEMA, Selector
+
+__all__ = [
+    "budget",
+    "forbid_after",
+    "max_steps",
+    "no_repeat",
+    "rate_limit",
+    "requires_gate",
+    "value_provenance",
+]
+
+Verdict = bool | Violation
+
+
+def _selector_schema(description: str) -> dict[str, Any]:
+    schema = dict(SELECTOR_SCHEMA)
+    schema["description"] = description
+    return schema
+
+
+_SELECT = _selector_schema(
+    "Which steps are counted: {kinds, verbs, step_names}, independent of the policy's own "
+    "`match` (which says which steps are judged). Default: every step kind (not task.*)."
+)
+
+
+def _running(ctx: RuleContext, view: Behavior) -> Iterator[Behavior]:
+    """Open intents other than the step being judged (it may be judged again after
+    registration; it must not count twice)."""
+    for action_id, intent in ctx.history.open_intents.items():
+        if action_id != view.action_id:
+            yield intent
+
+
+def _count_running(ctx: RuleContext, view: Behavior, pred: Callable[[Behavior], bool]) -> int:
+    if not ctx.history.open_intents:  # the common case, on the hot path
+        return 0
+    return sum(1 for b in _running(ctx, view) if pred(b))
+
+
+def _fmt(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:.10g}"
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+# -- max_steps ---------------------------------------------------------------------------------
+
+
+class _MaxSteps(NamedTuple):
+    max: int
+    select: Selector
+    key: str
+    factory: Callable[[], CountIndex]
+
+
+def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
+    select = Selector.from_params(params.get("select"))
+    return _MaxSteps(
+        params["max"], select, CountIndex.key(select), functools.partial(CountIndex, select)
+    )
+
+
+@rule(
+    name="max_steps",
+    description=(
+        "At most `max` steps matching `select` in the task, counting recorded ok steps, steps "
+        "still running and the step being judged; the (max+1)th is violated. A judged step "
+        "that `select` does not match is not counted and complies."
+    ),
+    params_schema={
+        "type": "object",
+        "required": ["max"],
+        "properties": {
+            "max": {"type": "integer", "minimum": 0},
+            "select": _SELECT,
+        },
+    },
+    example_params={"max": 25, "select": {"kinds": ["step.model"]}},
+    prepare=_prepare_max_steps,
+    _builtin=True,
+)
+def max_steps(view: Behavior, p: _MaxSteps, ctx: RuleContext) -> Verdict:
+    if not p.select.matches(view):
+        return True
+    done = ctx.history.index(p.key, p.factory).count
+    running = _count_running(ctx, view, p.select.matches)
+    if done + running + 1 <= p.max:
+        return True
+    return Violation(
+        f"this would be the {_ordinal(done + running + 1)} matching step in the task "
+        f"(limit {p.max}): {done} already happened, {running} still running"
+    )
+
+
+# -- rate_limit --------------------------------------------------------------------------------
+
+_ATTEMPTS = frozenset({Outcome.OK, Outcome.FAILED, Outcome.ABANDONED})
+_OK_ONLY = frozenset({Outcome.OK})
+
+
+class _RateLimit(NamedTuple):
+    max: int
+    window_us: int
+    window_text: str
+    select: Selector
+    key: str
+    factory: Callable[[], TimeIndex]
+
+
+def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
+    seconds = params["window_seconds"]
+    window_us = round(seconds * 1_000_000)
+    if window_us < 1:
+        raise ValueError("window_seconds must be at least one microsecond")
+    outcomes = _OK_ONLY if params.get("count", "attempts") == "ok" else _ATTEMPTS
+    select = Selector.from_params(params.get("select"))
+    return _RateLimit(
+        params["max"],
+        window_us,
+        _fmt(seconds),
+        select,
+        TimeIndex.key(select, outcomes),
+        functools.partial(TimeIndex, select, outcomes),
+    )
+
+
+@rule(
+    name="rate_limit",
+    description=(
+        "At most `max` steps matching `select` within any `window_seconds`, judged on the "
+        "steps' own timestamps: the judged step's timestamp is now, and a step stamped exactly "
+        "`window_seconds` earlier is outside the window (steps stamped later than now are "
+        "inside). Counts recorded steps, steps still running and the judged step. count: "
+        "attempts (default) counts ok, failed and abandoned steps; ok counts only ok steps. "
+        "Blocked steps never ran and never count. A judged step `select` does not match complies."
+    ),
+    params_schema={
+        "type": "object",
+        "required": ["max", "window_seconds"],
+        "properties": {
+            "max": {"type": "integer", "minimum": 0},
+            "window_seconds": {"type": "number", "exclusiveMinimum": 0},
+            "select": _SELECT,
+            "count": {
+                "type": "string",
+                "enum": ["attempts", "ok"],
+                "description": "Which recorded steps count (default attempts: not blocked).",
+            },
+        },
+    },
+    example_params={"max": 10, "window_seconds": 60, "select": {"step_names": ["search_*"]}},
+    prepare=_prepare_rate_limit,
+    _builtin=True,
+)
+def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
+    if not p.select.matches(view):
+        return True
+    after = micros(view.timestamp) - p.window_us
+    recorded = ctx.history.index(p.key, p.factory).count_after(after)
+    running = _count_running(
+        ctx, view, lambda b: p.select.matches(b) and micros(b.timestamp) > after
+    )
+    total = recorded + running + 1
+    if total <= p.max:
+        return True
+    return Violation(
+        f"this would be the {_ordinal(total)} matching step within {p.window_text} seconds "
+        f"(limit {p.max}): {recorded + running} already in the window"
+    )
+
+
+# -- budget ------------------------------------------------------------------------------------
+
+
+class _Budget(NamedTuple):
+    path: FieldPath
+    limit: float
+    select: Selector
+    key: str
+    factory: Callable[[], SumIndex]
+
+
+def _prepare_budget(params: dict[str, Any]) -> _Budget:
+    path = parse_path(params["field"])
+    select = Selector.from_params(params.get("select"))
+    return _Budget(
+        path,
+        params["limit"],
+        select,
+        SumIndex.key(select, path),
+        functools.partial(SumIndex, select, path),
+    )
+
+
+@rule(
+    name="budget",
+    description=(
+        "The sum of the numbers at `field` over recorded ok steps matching `select`, steps "
+        "still running and the judged step must stay <= `limit`. Outcome-only values (model "
+        "token usage) count once recorded; the judged intent adds what it carries (often "
+        "nothing). Once the budget is spent every step the policy matches is violated. "
+        "Negative numbers count as 0; a non-number at `field` of the judged step violates."
+    ),
+    params_schema={
+        "type": "object",
+        "required": ["field", "limit"],
+        "properties": {
+            "field": FIELD_SCHEMA,
+            "limit": {"type": "number", "minimum": 0},
+            "select": _SELECT,
+        },
+    },
+    example_params={
+        "field": "properties.model.usage.total_tokens",
+        "limit": 200000,
+        "select": {"kinds": ["step.model"]},
+    },
+    prepare=_prepare_budget,
+    _builtin=True,
+)
+def budget(view: Behavior, p: _Budget, ctx: RuleContext) -> Verdict:
+    spent = ctx.history.index(p.key, p.factory).total
+    running: float = 0
+    if ctx.history.open_intents:
+        for b in _running(ctx, view):
+            if p.select.matches(b):
+                running += numbers_at(p.path, b)[0]
+    this: float = 0
+    if p.select.matches(view):
+        this, bad = numbers_at(p.path, view)
+        if bad:
+            return Violation(f"{p.path.text} value {bad[0]!r:.60} is not a number")
+    total = spent + running + this
+    if total <= p.limit:
+        return True
+    return Violation(
+        f"{p.path.text} would total {_fmt(total)}, above the budget of {_fmt(p.limit)} "
+        f"(spent {_fmt(spent)}, running {_fmt(running)}, this step {_fmt(this)})"
+    )
+
+
+# -- requires_gate -----------------------------------------------------------------------------
+
+
+_CONSUMER_KINDS = frozenset(ActionKind) - TASK_BOUNDARY_KINDS - {ActionKind.STEP_GATE}
+
+
+def _prepare_requires_gate(params: dict[str, Any]) -> GateOptions:
+    select = params.get("select") or {}
+    kinds = select.get("kinds")
+    verbs = select.get("verbs")
+    names = select.get("step_names")
+    # Gates approve steps; they never use up an approval themselves.
+    selector = Selector(
+        frozenset(ActionKind(k) for k in kinds) if kinds else _CONSUMER_KINDS,
+        frozenset(Verb(v) for v in verbs) if verbs else None,
+        tuple(names) if names else None,
+    )
+    return GateOptions(
+        gate_kind=params.get("gate_kind"),
+        same_step=params.get("same_step", True),
+        bind_input=params.get("bind_input", True),
+        within=params.get("within_steps"),
+        single_use=params.get("single_use", True),
+        select=selector,
+    )
+
+
+@rule(
+    name="requires_gate",
+    description=(
+        "The step needs an earlier recorded step.gate whose decision is pass: of `gate_kind` "
+        "(any kind when omitted), for the same step_name (`same_step`, default true), for this "
+        "exact input (`bind_input`: the gate's digest equals the canonical digest of the "
+        "step's input, default true), among the last `within_steps` recorded steps (when "
+        "given). With `single_use` (default true) one approval authorises one step: the first "
+        "later ok step matching `select` that it would authorise uses it up, and steps still "
+        "running hold theirs. Denied, pending, failed and used-up gates do not count, and a "
+        "later deny for the same step and input revokes earlier unused approvals."
+    ),
+    params_schema={
+        "type": "object",
+        "properties": {
+            "gate_kind": {"type": "string", "enum": ["human", "guardrail"]},
+            "same_step": {"type": "boolean"},
+            "bind_input": {"type": "boolean"},
+            "within_steps": {"type": "integer", "minimum": 1},
+            "single_use": {"type": "boolean"},
+            "select": _selector_schema(
+                "Which recorded steps use up an approval (default: every step kind except "
+                "step.gate); set it like the policy's `match` when approvals bind neither the "
+                "step nor its input."
+            ),
+        },
+    },
+    example_params={"gate_kind": "human", "same_step": True, "bind_input": True},
+    prepare=_prepare_requires_gate,
+    _builtin=True,
+)
+def requires_gate(view: Behavior, p: GateOptions, ctx: RuleContext) -> Verdict:
+    index = ctx.history.index(p.key, lambda: GateIndex(p))
+    binding = p.binding(view)
+    reserved = 0
+    if p.single_use:
+        reserved = _count_running(ctx, view, lambda b: p.consumes(b) and p.binding(b) == binding)
+    available, group = index.lookup(binding)
+    if available > reserved:
+        return True
+    what = f"a passing {p.gate_kind + ' ' if p.gate_kind else ''}approval"
+    target = f" for {view.step_name!r}" if p.same_step else ""
+    exact = " with this exact input" if p.bind_input else ""
+    base = f"needs {what}{target}{exact}"
+    if group is None:
+        return Violation(f"{base}; none was recorded in the task")
+    if available:
+        return Violation(
+            f"{base}; the {available} open approval(s) are held by steps still running"
+        )
+    # Otherwise report what happened to the most recent approval for this binding.
+    reasons: list[tuple[int, str]] = []
+    if group.last_refused is not None:
+        seq, decision = group.last_refused
+        reasons.append((seq, f"the latest gate (seq {seq}) decided {decision!r}"))
+    if group.last_used is not None:
+        seq, by = group.last_used
+        reasons.append(
+            (
+                seq,
+                f"approval seq {seq} was already used by step seq {by}; one approval "
+                "authorises one step",
+            )
+        )
+    expired = index.expired_seq(group)
+    if expired is not None:
+        reasons.append((expired, f"approval seq {expired} is older than the last {p.within} steps"))
+    if not reasons:
+        return Violation(f"{base}; none is available")
+    return Violation(f"{base}; {max(reasons)[1]}")
+
+
+# -- forbid_after ------------------------------------------------------------------------------
+
+_SCALAR = {"type": ["string", "number", "boolean"]}
+_WHERE = {
+    "type": "array",
+    "minItems": 1,
+    "description": "Conditions on the earlier step's fields; all must hold.",
+    "items": {
+        "type": "object",
+        "required": ["field"],
+        "properties": {
+            "field": FIELD_SCHEMA,
+            "equals": _SCALAR,
+            "in": {"type": "array", "minItems": 1, "items": _SCALAR},
+            "pattern": {"type": "string", "format": "re2", "minLength": 1},
+        },
+    },
+}
+_AFTER = _selector_schema(
+    "The earlier step that closes the door: {kinds, verbs, step_names} plus optional `where` "
+    "conditions on its fields, e.g. [{field: properties.data.trust, equals: untrusted}]."
+)
+_AFTER["properties"] = {**SELECTOR_SCHEMA["properties"], "where": _WHERE}
+
+
+class _ForbidAfter(NamedTuple):
+    within: int | None
+    key: str
+    factory: Callable[[], TriggerIndex]
+
+
+def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
+    after = params["after"]
+    conds: list[tuple[FieldPath, str, Any]] = []
+    keys: list[tuple[Any, ...]] = []
+    for i, cond in enumerate(after.get("where", ())):
+        ops = [op for op in ("equals", "in", "pattern") if op in cond]
+        if len(ops) != 1:
+            raise ValueError(f"after.where[{i}]: give exactly one of equals, in, pattern")
+        op = ops[0]
+        arg = cond[op]
+        keys.append((cond["field"], op, canonical_digest(arg)))
+        if op == "pattern":
+            arg = compile_re2(arg)
+        conds.append((parse_path(cond["field"]), op, arg))
+    select = Selector.from_params({k: v for k, v in after.items() if k != "where"})
+    where = Where(conds, tuple(keys))
+    return _ForbidAfter(
+        params.get("within_steps"),
+        TriggerIndex.key(select, where),
+        functools.partial(TriggerIndex, select, where),
+    )
+
+
+@rule(
+    name="forbid_after",
+    description=(
+        "Once a step matching `after` (selector plus `where` conditions) has happened (ok "
+        "outcome) in the task, the steps this policy matches are violated; with "
+        "`within_steps` K only for the next K steps that happen after it. Blocked, failed and "
+        "abandoned steps did not happen: they neither trigger it nor use up the K steps."
+    ),
+    params_schema={
+        "type": "object",
+        "required": ["after"],
+        "properties": {
+            "after": _AFTER,
+            "within_steps": {"type": "integer", "minimum": 1},
+        },
+    },
+    example_params={
+        "after": {
+            "kinds": ["step.resource"],
+            "where": [{"field": "properties.data.trust", "equals": "untrusted"}],
+        },
+    },
+    prepare=_prepare_forbid_after,
+    _builtin=True,
+)
+def forbid_after(view: Behavior, p: _ForbidAfter, ctx: RuleContext) -> Verdict:
+    index = ctx.history.index(p.key, p.factory)
+    if index.last is None:
+        return True
+    since = index.since()
+    if p.within is not None and since >= p.within:
+        return True
+    _, seq, name = index.last
+    if p.within is None:
+        return Violation(f"{view.step_name!r} is forbidden after {name!r} (seq {seq}) ran")
+    return Violation(
+        f"{view.step_name!r} is forbidden for {p.within} step(s) after {name!r} (seq {seq}) "
+        f"ran; {since} happened since"
+    )
+
+
+# -- no_repeat ---------------------------------------------------------------------------------
+
+
+class _NoRepeat(NamedTuple):
+    max: int
+    include_failed: bool
+
+
+@rule(
+    name="no_repeat",
+    description=(
+        "The same step (step_name and canonical input) may run at most `max` times in the "
+        "task (default 1), counting recorded ok steps, steps still running and the judged "
+        "step: catches loops and duplicate side effects. `include_failed` also counts failed "
+        "and abandoned runs (retries); blocked steps never count."
+    ),
+    params_schema={
+        "type": "object",
+        "properties": {
+            "max": {"type": "integer", "minimum": 1},
+            "include_failed": {"type": "boolean"},
+        },
+    },
+    example_params={"max": 2, "include_failed": False},
+    prepare=lambda params: _NoRepeat(
+        params.get("max", 1), bool(params.get("include_failed", False))
+    ),
+    _builtin=True,
+)
+def no_repeat(view: Behavior, p: _NoRepeat, ctx: RuleContext) -> Verdict:
+    index = ctx.history.index(RepeatIndex.KEY, RepeatIndex)
+    digest = step_digest(view)
+    key = (view.step_name, digest)
+    done = index.ok[key]
+    failed = index.not_ok[key] if p.include_failed else 0
+    running = _count_running(
+        ctx, view, lambda b: b.step_name == view.step_name and step_digest(b) == digest
+    )
+    total = done + failed + running + 1
+    if total <= p.max:
+        return True
+    parts = [f"{done} ran"]
+    if p.include_failed:
+        parts.append(f"{failed} failed or were abandoned")
+    parts.append(f"{running} still running")
+    return Violation(
+        f"{view.step_name!r} with this exact input would run {total} times (limit {p.max}): "
+        + ", ".join(parts)
+    )
+
+
+# -- value_provenance --------------------------------------------------------------------------
+
+_MODES = ["auto", "text", "email", "host", "iban"]
+
+
+class _Provenance(NamedTuple):
+    fields: tuple[tuple[FieldPath, str], ...]
+    comply_if_missing: bool
+
+
+def _prepare_provenance(params: dict[str, Any]) -> _Provenance:
+    fields: list[tuple[FieldPath, str]] = []
+    for item in params["fields"]:
+        if isinstance(item, str):
+            fields.append((parse_path(item), "auto"))
+        else:
+            fields.append((parse_path(item["field"]), item.get("normalise", "auto")))
+    return _Provenance(tuple(fields), params.get("if_missing", "comply") == "comply")
+
+
+@functools.lru_cache(maxsize=64)
+def _context_candidates(values: tuple[str, ...]) -> frozenset[tuple[str, str]]:
+    return trusted_candidates(values)
+
+
+def _values(found: list[Any]) -> Iterator[str]:
+    """Strings and numbers at a field, lists and objects searched; booleans are not values."""
+    for v in found:
+        if isinstance(v, str):
+            if v.strip():
+                yield v
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            yield str(v)
+        elif isinstance(v, list):
+            yield from _values(v)
+        elif isinstance(v, dict):
+            yield from _values(list(v.values()))
+
+
+@rule(
+    name="value_provenance",
+    description=(
+        "Every value at `fields` (e.g. a recipient, an IBAN, a URL's host) must have appeared "
+        "earlier in trusted content: a user message (recorded ok step.message GET with "
+        "properties.message.role user), the context's trusted_values, or the output of an ok "
+        "step marked properties.data.trust trusted. Matching is exact after normalisation "
+        "(NFKC, case-folded; IBANs without spaces; `normalise: host` compares hosts). A value "
+        "seen only in untrusted output, or nowhere, violates."
+    ),
+    params_schema={
+        "type": "object",
+        "required": ["fields"],
+        "properties": {
+            "fields": {
+                "type": "array",
+                "minItems": 1,
+                "description": "Paths, or {field, normalise} with normalise one of "
+                + ", ".join(_MODES)
+                + " (default auto: IBAN-like values as IBANs, 'Name <addr>' as the address).",
+                "items": {
+                    "type": ["string", "object"],
+                    "format": "path",
+                    "required": ["field"],
+                    "properties": {
+                        "field": FIELD_SCHEMA,
+                        "normalise": {"type": "string", "enum": _MODES},
+                    },
+                },
+            },
+            "if_missing": if_missing_schema("comply"),
+        },
+    },
+    example_params={
+        "fields": ["input.to[*]", "input.iban", {"field": "input.url", "normalise": "host"}]
+    },
+    prepare=_prepare_provenance,
+    _builtin=True,
+)
+def value_provenance(view: Behavior, p: _Provenance, ctx: RuleContext) -> Verdict:
+    seen: frozenset[tuple[str, str]] | set[tuple[str, str]] | None = None
+    trusted_ctx: frozenset[tuple[str, str]] = frozenset()
+    any_value = False
+    for path, mode in p.fields:
+        for value in _values(path.resolve(view)):
+            any_value = True
+            if seen is None:
+                seen = ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex).values
+                trusted_ctx = _context_candidates(ctx.context.trusted_values)
+            keys = provenance_keys(value, mode)
+            for k in keys:
+                if k in seen or k in trusted_ctx:
+                    break
+            else:
+                shown = keys[0][1] if mode == "host" else value
+                what = "host " if mode == "host" else ""
+                return Violation(
+                    f"{path.text} {what}{shown!r:.80} did not appear in trusted content earlier "
+                    "in the task (user messages, trusted values, outputs marked trusted)"
+                )
+    if not any_value and not p.comply_if_missing:
+        return Violation(
+            "none of " + ", ".join(path.text for path, _ in p.fields) + " has a value to check"
+        )
+    return True

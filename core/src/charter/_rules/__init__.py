@@ -1,5 +1,0 @@
-"""Built-in rules; importing this package registers them."""
-
-from charter._rules import basic, compound, guards, history, registration
-
-__all__ = ["basic", "compound", "guards", "history", "registration"]

@@ -1,0 +1,1 @@
+"""The runtime layer: the governor, the runner, approvals, settings and the audit writer."""

@@ -1,0 +1,228 @@
+"""Redaction of wire records: nothing reaches a store or an exporter before passing here.
+
+Two steps, in this order:
+
+1. Secret shapes (``charter._policy.secrets``) are masked in every string: values and object keys of
+   input, output, properties and meta (including the verdict in ``meta["charter.eval"]``),
+   and the step name. A verdict detail that quotes a value cut short (so the secret lost its
+   shape) is caught too: the beginnings of the secrets found in the record are masked in meta.
+   Identifiers (agent_id, task_id, action_id) follow a narrow grammar that keys the hash
+   chain and are kept as they are.
+2. The payload mode shapes `input` and `output`: ``full`` keeps them, ``metadata_only`` keeps
+   each top-level key with its JSON type and size (``{"command": {"type": "string", "size":
+   12}}``), ``sha256`` keeps each top-level key with the SHA-256 of its value's canonical JSON
+   (``charter.canonical_digest``), so a holder of the original payload can prove it. Masking
+   comes first so that a digest never encodes a (possibly guessable) secret; a value without
+   secrets digests exactly as the original. The output of a ``step.gate`` record is Charter's
+   own approval verdict, not agent data, and is always kept.
+
+Redaction never raises: a field that cannot be redacted is replaced by a marker naming the
+error, and the failure is counted and reported as an internal error.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from charter._model.ijson import canonical_digest
+from charter._policy.secrets import contains_secret, find_secrets, mask_secrets
+from charter._runtime.internal import report_internal_error
+
+__all__ = ["PAYLOAD_MODES", "Redactor"]
+
+PAYLOAD_MODES = ("full", "metadata_only", "sha256")
+_MASKED_FIELDS = ("input", "output", "properties", "meta")
+# Cannot occur inside a secret shape's token, and is not a word character, so joining strings
+# with it neither hides a secret nor glues two halves into one that survives per-string masking.
+_JOIN = "\n\x00\n"
+# Shorter cut-off beginnings of a secret are too common as ordinary text to mask.
+_MIN_FRAGMENT = 8
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _metadata(value: Any) -> dict[str, Any]:
+    kind = _json_type(value)
+    if kind in ("string", "array", "object"):
+        return {"type": kind, "size": len(value)}
+    return {"type": kind}
+
+
+def _collect(value: Any, out: list[str]) -> None:
+    t = type(value)
+    if t is str:
+        out.append(value)
+    elif t is dict:
+        for k, v in value.items():
+            out.append(k)
+            _collect(v, out)
+    elif t is list:
+        for v in value:
+            _collect(v, out)
+
+
+class _Masker:
+    """Masks secrets and remembers the secret texts it removed (for fragment scrubbing)."""
+
+    __slots__ = ("count", "found")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.found: set[str] = set()
+
+    def text(self, s: str) -> str:
+        findings = find_secrets(s)
+        if not findings:
+            return s
+        self.found.update(s[f.start : f.end] for f in findings)
+        masked, n = mask_secrets(s)
+        self.count += n
+        return masked
+
+    def value(self, value: Any) -> Any:
+        t = type(value)
+        if t is str:
+            return self.text(value)
+        if t is dict:
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                key = self.text(k)
+                while key in out:  # two keys masked to one marker must not overwrite each other
+                    key += "'"
+                out[key] = self.value(v)
+            return out
+        if t is list:
+            return [self.value(v) for v in value]
+        return value
+
+    def scrub(self, value: Any) -> Any:
+        """Mask cut-off beginnings of the secrets found, which no shape recognises any more.
+
+        Verdict details quote the step's values cut to a length (``value 'ghp_abc…'``); a
+        token cut short no longer has its shape, so it is matched against what was found.
+        """
+        t = type(value)
+        if t is str:
+            for secret in self.found:
+                for k in range(len(secret), _MIN_FRAGMENT - 1, -1):
+                    if secret[:k] in value:
+                        value = value.replace(secret[:k], "[REDACTED:fragment]")
+                        break
+            return value
+        if t is dict:
+            return {k: self.scrub(v) for k, v in value.items()}
+        if t is list:
+            return [self.scrub(v) for v in value]
+        return value
+
+
+class Redactor:
+    """Applies secret masking and a payload mode to wire records; thread-safe, never raises.
+
+    `masked` counts secrets replaced so far and `errors` the fields replaced by a failure
+    marker. Refuses (ValueError) an unknown payload mode at construction.
+    """
+
+    def __init__(self, payload_mode: str = "full") -> None:
+        if payload_mode not in PAYLOAD_MODES:
+            raise ValueError(
+                f"payload_mode {payload_mode!r}: use {', '.join(PAYLOAD_MODES[:-1])} or "
+                f"{PAYLOAD_MODES[-1]}"
+            )
+        self.payload_mode = payload_mode
+        self._lock = threading.Lock()
+        self.masked = 0
+        self.errors = 0
+
+    def redact(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A redacted copy of a wire record (the behavior fields; chain fields untouched).
+
+        Only the redacted fields are copied; the rest is shared with `record`, which is never
+        modified.
+        """
+        out = dict(record)
+        texts: list[str] = []
+        step_name = out.get("step_name")
+        if isinstance(step_name, str):
+            texts.append(step_name)
+        for name in _MASKED_FIELDS:
+            _collect(out.get(name), texts)
+        try:
+            found = bool(texts) and contains_secret(_JOIN.join(texts))
+        except Exception as exc:
+            self._failed(exc)
+            found = True  # cannot tell: mask field by field, which reports its own failures
+        if found:
+            self._mask(out)
+        if self.payload_mode != "full":
+            gate = out.get("kind") == "step.gate"
+            for name in ("input", "output"):
+                value = out.get(name)
+                if isinstance(value, dict) and not (gate and name == "output"):
+                    out[name] = self._shaped(value)
+        return out
+
+    def _mask(self, out: dict[str, Any]) -> None:
+        masker = _Masker()
+        step_name = out.get("step_name")
+        if isinstance(step_name, str):
+            try:
+                out["step_name"] = masker.text(step_name) or "redacted"
+            except Exception as exc:
+                self._failed(exc)
+                out["step_name"] = "redacted"
+        for name in _MASKED_FIELDS:
+            value = out.get(name)
+            if value is None:
+                continue
+            try:
+                out[name] = masker.value(value)
+            except Exception as exc:
+                self._failed(exc)
+                out[name] = _marker(exc, value if name == "meta" else None)
+        meta = out.get("meta")
+        if masker.found and isinstance(meta, dict):
+            try:
+                out["meta"] = masker.scrub(meta)
+            except Exception as exc:
+                self._failed(exc)
+                out["meta"] = _marker(exc, meta)
+        with self._lock:
+            self.masked += masker.count
+
+    def _shaped(self, value: dict[str, Any]) -> dict[str, Any]:
+        try:
+            if self.payload_mode == "metadata_only":
+                return {k: _metadata(v) for k, v in value.items()}
+            return {k: {"sha256": canonical_digest(v)} for k, v in value.items()}
+        except Exception as exc:
+            self._failed(exc)
+            return _marker(exc, None)
+
+    def _failed(self, exc: Exception) -> None:
+        with self._lock:
+            self.errors += 1
+        report_internal_error(exc, "redaction")
+
+
+def _marker(exc: Exception, meta: Any) -> dict[str, Any]:
+    marker: dict[str, Any] = {"charter.redaction_failed": type(exc).__name__}
+    if isinstance(meta, dict):
+        # The chain markers carry no payload and the store needs them to recognise the end.
+        for key in ("charter.chain", "charter.outcome"):
+            if key in meta:
+                marker[key] = meta[key]
+    return marker

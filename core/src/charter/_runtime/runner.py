@@ -1,0 +1,696 @@
+"""The runner: the I/O shell around one PolicyEngine.
+
+It owns the policy sources (and the fail mode when they give nothing usable), the audit
+writer (redaction, queue, store, exporters), a per-task lock, and a sweeper thread that
+closes idle tasks. Everything the engine refuses is raised to the caller; everything that
+goes wrong on the recording path is counted and reported, and raised only in sync durability.
+
+Seq: the engine numbers a task's steps (last + 1) and the store numbers each chain (head + 1)
+inside its own write transaction. The wire form carries the store's number, which is the
+authority. In one process, with nothing dropped, the two agree. When several processes write
+one chain (the Claude Code integration runs one process per hook call), each process must
+first `restore_task` from the store so its engine continues from the stored head; if two
+processes still interleave, the store's seq wins and the chain stays contiguous.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import logging
+import operator
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from charter._audit.base import AuditStore
+from charter._engine.engine import Decision, EvalResult, PolicyEngine, _applies
+from charter._model.behavior import (
+    CLOSING_KINDS,
+    TASK_BOUNDARY_KINDS,
+    ActionKind,
+    Behavior,
+    Outcome,
+    format_timestamp,
+)
+from charter._model.context import EvalContext
+from charter._model.errors import AgentBindingError, AuditError
+from charter._runtime.internal import internal_error_count, report_internal_error
+from charter._runtime.redact import Redactor
+from charter._runtime.settings import Settings
+from charter._runtime.sources import PolicySources
+from charter._runtime.writer import AuditWriter, ExporterLike
+
+__all__ = ["Runner"]
+
+logger = logging.getLogger("charter")
+
+_live: weakref.WeakSet[Runner] = weakref.WeakSet()
+_live_lock = threading.Lock()
+_atexit_registered = False
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+class Runner:
+    """One agent's policy engine with its policy sources, audit trail and background threads.
+
+    Build it from `Settings` (or from the same keywords `Settings.from_sources` takes). Refuses
+    (ValueError) bad settings, and raises PolicyLoadError for invalid inline policies; file and
+    cache problems never raise, they set the load state (see `status`) and the fail mode
+    decides. `store` and `exporters` replace the store opened from `audit_location` and add
+    exporters (tests, custom sinks).
+
+    Thread-safe. Calls for one task are serialised by a per-task lock, so a step's verdict
+    and its recording see the same history.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        store: AuditStore | None = None,
+        exporters: Iterable[ExporterLike] = (),
+        **kwargs: Any,
+    ) -> None:
+        if settings is None:
+            settings = Settings.from_sources(**kwargs)
+        elif kwargs:
+            raise ValueError(
+                f"pass either settings or setting keywords, not both (got {', '.join(kwargs)})"
+            )
+        self.settings = settings
+        self.engine = PolicyEngine()
+        self._sources = PolicySources(settings, self.engine)
+        self._sources.load_initial()
+        self._redactor = Redactor(settings.payload_mode)
+        self._writer = AuditWriter(
+            settings.audit_location,
+            store=store,
+            exporters=exporters,
+            durability=settings.audit_durability,
+            queue_size=settings.queue_size,
+            prepare=self._redactor.redact,
+        )
+        self._sync = settings.audit_durability == "sync"
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.RLock] = {}
+        self._contexts: dict[str, EvalContext] = {}
+        self._activity: dict[str, float] = {}
+        self._tickets: dict[str, int] = {}
+        self.evaluated = 0
+        self.blocked = 0
+        self.evaluation_errors = 0
+        self.swept = 0
+        self._stop = threading.Event()
+        self._closed = False
+        self._sweeper = threading.Thread(
+            target=self._sweep_loop, name="charter-sweeper", daemon=True
+        )
+        self._sweeper.start()
+        _register(self)
+
+    # -- context and locks --------------------------------------------------------------------
+
+    @property
+    def agent_id(self) -> str:
+        return self.settings.agent_id
+
+    @property
+    def monitor(self) -> bool:
+        """True when nothing is blocked or asked (enforcement "monitor", set or by manifest)."""
+        s = self.settings
+        if s.enforcement == "monitor":
+            return True
+        return s.origin("enforcement") == "default" and self._sources.manifests_monitor
+
+    def context_for(self, task_id: str) -> EvalContext:
+        """The evaluation context this runner builds from its settings for `task_id`."""
+        ctx = self._contexts.get(task_id)
+        if ctx is None:
+            ctx = self._build_context(task_id)
+            if task_id in self._activity:  # cached only for live tasks, forgotten at their end
+                self._contexts[task_id] = ctx
+        return ctx
+
+    def _build_context(self, task_id: str) -> EvalContext:
+        s = self.settings
+        return EvalContext(
+            agent_id=s.agent_id,
+            task_id=task_id,
+            environment=s.environment,
+            risk_classification=s.risk_classification,
+            agent_name=s.agent_name,
+            agent_purpose=s.agent_purpose,
+            agent_owner=s.agent_owner,
+            declared_tools=s.declared_tools,
+            project_root=s.project_root,
+            trusted_values=s.trusted_values,
+        )
+
+    def _lock(self, task_id: str) -> threading.RLock:
+        lock = self._locks.get(task_id)
+        if lock is None:
+            with self._guard:
+                lock = self._locks.setdefault(task_id, threading.RLock())
+        return lock
+
+    def _check_agent(self, b: Behavior) -> None:
+        if b.agent_id != self.settings.agent_id:
+            raise AgentBindingError(
+                f"this runner serves agent {self.settings.agent_id!r} (agent_id= / "
+                f"CHARTER_AGENT_ID), not {b.agent_id!r}; use one Runner per agent"
+            )
+
+    def _check_skew(self, b: Behavior) -> None:
+        bound = self.settings.max_clock_skew_seconds
+        skew = abs((b.timestamp - datetime.now(UTC)).total_seconds())
+        if skew > bound:
+            raise ValueError(
+                f"step timestamp {b.timestamp.isoformat()} is {skew:.0f} s away from this "
+                f"host's clock, beyond max_clock_skew_seconds= / CHARTER_MAX_CLOCK_SKEW_SECONDS "
+                f"({bound:g}); stamp steps with the current time or fix the clock"
+            )
+
+    # -- judging ------------------------------------------------------------------------------
+
+    def preview(self, intended: Behavior, context: EvalContext | None = None) -> EvalResult:
+        """The decision `evaluate` would give, with no side effect (nothing recorded).
+
+        The returned result is the enforced one (monitor mode turns block/ask into allow).
+        Refuses what `evaluate` refuses.
+        """
+        self._check_agent(intended)
+        self._check_skew(intended)
+        self._sources.maybe_reload()
+        ctx = self._checked_context(intended, context)
+        return self._enforced(self._judge(intended, ctx))[0]
+
+    def evaluate(self, intended: Behavior, context: EvalContext | None = None) -> EvalResult:
+        """Gate one step before it runs; never raises because of a policy or an engine bug.
+
+        Returns the decision. A `block` is recorded here, at once and inside the task's lock,
+        as a blocked step with the verdict in ``meta["charter.eval"]`` (the result carries
+        `recorded_seq`); `allow` and `warn` register the intent (the verdict travels with it
+        to the outcome `record` writes later); `ask` changes nothing, awaiting an approval.
+        A step without action_id gets one (see ``result.action_id``). Task boundaries are only
+        judged. With no usable policy set, action steps are blocked (fail_mode closed) or
+        allowed (open), with a reason saying why; so is an exception inside the engine.
+
+        Raises ValueError for a timestamp beyond the clock-skew bound, for a step that has
+        already run, and for a task that was not started; AgentBindingError for another
+        agent's step; TaskClosedError for an ended task; AuditError (sync durability) when a
+        block cannot be recorded.
+        """
+        self._check_agent(intended)
+        self._check_skew(intended)
+        self._sources.maybe_reload()
+        ctx = self._checked_context(intended, context)
+        if intended.kind in TASK_BOUNDARY_KINDS:
+            return self._enforced(self._judge(intended, ctx))[0]
+        if not intended.is_intent:
+            raise ValueError(
+                "evaluate takes a step that has not run (no output, no outcome marker); "
+                "record outcomes with record()"
+            )
+        if intended.action_id is None:
+            intended = derive(intended, action_id=_new_id())
+        tid = intended.task_id
+        with self._lock(tid):
+            self._activity[tid] = time.monotonic()
+            result, verdict = self._enforced(self._judge(intended, ctx))
+            if result.decision is Decision.BLOCK:
+                return self._record_block(intended, result, verdict)
+            if result.decision is not Decision.ASK:
+                self.engine.register_intent(_with_meta(intended, {"charter.eval": verdict}))
+            return result
+
+    def record_block(self, intended: Behavior, result: EvalResult) -> EvalResult:
+        """Record `intended` as blocked with `result` as its verdict (e.g. after an approval
+        was denied); returns `result` with `recorded_seq` set. Refuses what `record` refuses.
+        """
+        self._check_agent(intended)
+        if intended.action_id is None:
+            intended = derive(intended, action_id=_new_id())
+        blocked = dataclasses.replace(result, decision=Decision.BLOCK, action_id=intended.action_id)
+        with self._lock(intended.task_id):
+            self._activity[intended.task_id] = time.monotonic()
+            return self._record_block(intended, blocked, self._verdict(blocked))
+
+    def authorize(self, intended: Behavior, result: EvalResult) -> EvalResult:
+        """Register `intended` as allowed to run although `result` said ask (an approval
+        authorised it); returns `result` with the action_id used. Refuses what
+        `PolicyEngine.register_intent` refuses.
+        """
+        self._check_agent(intended)
+        if intended.action_id is None:
+            intended = derive(intended, action_id=_new_id())
+        verdict = self._verdict(result)
+        verdict["approved"] = True
+        with self._lock(intended.task_id):
+            self._activity[intended.task_id] = time.monotonic()
+            self.engine.register_intent(_with_meta(intended, {"charter.eval": verdict}))
+        return dataclasses.replace(result, action_id=intended.action_id)
+
+    def _checked_context(self, b: Behavior, context: EvalContext | None) -> EvalContext:
+        if context is None:
+            return self.context_for(b.task_id)
+        if context.agent_id != b.agent_id or context.task_id != b.task_id:
+            raise ValueError(
+                "context does not describe this step: context is for "
+                f"{context.agent_id!r}/{context.task_id!r}, the step for "
+                f"{b.agent_id!r}/{b.task_id!r}"
+            )
+        return context
+
+    def _judge(self, b: Behavior, ctx: EvalContext) -> EvalResult:
+        self.evaluated += 1
+        boundary = b.kind in TASK_BOUNDARY_KINDS
+        if not self._sources.usable:
+            why = f"no policy set could be loaded ({self._sources.detail})"
+            return self._failed(b, why, boundary)
+        try:
+            return self.engine.evaluate(b, ctx)
+        except Exception as exc:  # a Charter bug must become a decision, never a crash
+            self.evaluation_errors += 1
+            logger.error("charter: policy evaluation failed on %s", b.step_name, exc_info=exc)
+            return self._failed(
+                b, f"policy evaluation failed ({type(exc).__name__}: {exc})", boundary
+            )
+
+    def _failed(self, b: Behavior, why: str, boundary: bool) -> EvalResult:
+        if boundary:
+            return EvalResult(
+                Decision.ALLOW, 0.0, (), b.action_id, None, f"allowed: task boundaries pass; {why}"
+            )
+        if self.settings.fail_mode == "closed":
+            return EvalResult(
+                Decision.BLOCK, 1.0, (), b.action_id, None, f"blocked: {why}; fail_mode is closed"
+            )
+        return EvalResult(
+            Decision.ALLOW, 0.0, (), b.action_id, None, f"allowed: {why}; fail_mode is open"
+        )
+
+    def _verdict(self, result: EvalResult) -> dict[str, Any]:
+        verdict = result.to_dict()
+        risk = verdict.get("risk_score")
+        if type(risk) is float and risk.is_integer():
+            # 0.0 and 0 are the same JSON number with the same canonical bytes, but the audit
+            # chain's fast encoder only takes floats without a trailing ".0".
+            verdict["risk_score"] = int(risk)
+        if self.monitor:
+            verdict["enforcement"] = "monitor"
+        return verdict
+
+    def _enforced(self, would: EvalResult) -> tuple[EvalResult, dict[str, Any]]:
+        """(what is enforced, the verdict to record: what it would have been)."""
+        verdict = self._verdict(would)
+        if self.monitor and would.decision in (Decision.BLOCK, Decision.ASK):
+            enforced = dataclasses.replace(
+                would, decision=Decision.ALLOW, reason=f"monitor mode, not enforced: {would.reason}"
+            )
+            return enforced, verdict
+        return would, verdict
+
+    def _record_block(
+        self, intended: Behavior, result: EvalResult, verdict: dict[str, Any]
+    ) -> EvalResult:
+        meta = dict(intended.meta)
+        meta["charter.outcome"] = Outcome.BLOCKED.value
+        meta["charter.eval"] = verdict
+        recorded = self._commit(derive(intended, meta=meta, output=None))
+        self.blocked += 1
+        return dataclasses.replace(result, action_id=intended.action_id, recorded_seq=recorded.seq)
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def record(self, outcome: Behavior) -> Behavior:
+        """Record a step's outcome (or a task boundary) and return it with its seq.
+
+        The outcome of an allowed intent inherits the intent's verdict in
+        ``meta["charter.eval"]``. A closing boundary (task.end / task.error / task.idle) first
+        records every still-open intent as abandoned, and carries
+        ``meta["charter.chain"] = {"final": true, "count": <steps in the chain>}``.
+        Refuses what `PolicyEngine.record` refuses (an unstarted or ended task, an action_id
+        already used, a blocked step recorded again). Raises AuditError in sync durability
+        when the store fails; the history is then unchanged.
+        """
+        self._check_agent(outcome)
+        tid = outcome.task_id
+        with self._lock(tid):
+            self._activity[tid] = time.monotonic()
+            extra: dict[str, Any] = {}
+            aid = outcome.action_id
+            if aid is not None and "charter.eval" not in outcome.meta:
+                intent = self.engine.open_intent(tid, aid)
+                if intent is not None and "charter.eval" in intent.meta:
+                    extra["charter.eval"] = intent.meta["charter.eval"]
+            return self._commit(outcome, extra)
+
+    def _commit(self, outcome: Behavior, extra: dict[str, Any] | None = None) -> Behavior:
+        """Record into the engine and hand the wire form to the writer; task lock held.
+
+        `extra` is added to the outcome's meta. All changes are made in one unvalidated copy
+        (see `derive`): the caller's behavior was validated when it was built.
+        """
+        tid = outcome.task_id
+        engine = self.engine
+        checkpoint = engine.checkpoint(tid) if self._sync and self._writer.enabled else None
+        recorded: list[Behavior] = []
+        extra = dict(extra) if extra else {}
+        try:
+            if outcome.kind in CLOSING_KINDS and engine.task_state(tid) == "open":
+                for intent in engine.open_intents(tid):
+                    abandoned = _with_meta(intent, {"charter.outcome": Outcome.ABANDONED.value})
+                    recorded.append(engine.record(derive(abandoned, seq=engine.next_seq(tid))))
+                # The closing record is the chain's last; its seq is the chain's length.
+                extra["charter.chain"] = {"final": True, "count": engine.next_seq(tid)}
+            changes: dict[str, Any] = {}
+            if extra:
+                meta = dict(outcome.meta)
+                meta.update(extra)
+                changes["meta"] = meta
+            if outcome.seq is None:
+                # Numbered here so the engine does not make a validated copy just for the seq.
+                changes["seq"] = engine.next_seq(tid)
+            if changes:
+                outcome = derive(outcome, **changes)
+            recorded.append(engine.record(outcome))
+        except BaseException:
+            if checkpoint is not None:
+                engine.rollback(checkpoint)
+            raise
+        wires = [wire_form(b) for b in recorded]  # the writer redacts them
+        if checkpoint is not None:
+            try:
+                self._writer.write_now(wires)
+            except Exception as exc:
+                engine.rollback(checkpoint)
+                raise AuditError(
+                    f"step {outcome.step_name!r} of task {tid!r} could not be recorded in "
+                    f"{self._writer.location} ({exc}); nothing was written and the task's "
+                    "history is unchanged (audit_durability is sync)"
+                ) from exc
+        else:
+            ticket = self._writer.submit(wires)
+            if ticket:
+                self._tickets[tid] = ticket
+        return recorded[-1]
+
+    # -- task lifecycle -----------------------------------------------------------------------
+
+    def end_task(
+        self, task_id: str, closing: Behavior | None = None, *, wait: float | None = None
+    ) -> bool:
+        """Close a task and forget it: record `closing` (or a task.end when the task is still
+        open and none is given), evict it from the engine, and wait up to `wait` seconds
+        (default exit_flush_seconds) for its records to be committed.
+
+        Returns whether they were. Ending an ended task does nothing; refuses (ValueError) a
+        task this runner never saw.
+        """
+        with self._lock(task_id):
+            state = self.engine.task_state(task_id)
+            if state == "unknown":
+                raise ValueError(
+                    f"task {task_id!r} is not known to this runner; start it (or restore_task)"
+                )
+            if state != "ended":
+                if closing is not None:
+                    self.record(closing)
+                elif state == "open":
+                    self.record(self._default_end(task_id))
+                self.engine.end_task(task_id)
+            ticket = self._forget(task_id)
+        timeout = self.settings.exit_flush_seconds if wait is None else wait
+        return self._writer.wait(ticket, timeout)
+
+    def _default_end(self, task_id: str) -> Behavior:
+        history = self.engine.get_history(task_id)
+        name = history[0].step_name if history else "task"
+        return Behavior(
+            agent_id=self.agent_id, task_id=task_id, kind=ActionKind.TASK_END, step_name=name
+        )
+
+    def _forget(self, task_id: str) -> int:
+        self._contexts.pop(task_id, None)
+        self._activity.pop(task_id, None)
+        with self._guard:
+            self._locks.pop(task_id, None)
+        return self._tickets.pop(task_id, 0)
+
+    def restore_task(self, steps: Sequence[Behavior | Mapping[str, Any]]) -> None:
+        """Rebuild a task from its recorded history (e.g. read from the store) in this process.
+
+        Nothing is evaluated and nothing is written: the steps enter the engine with their
+        stored seq, so the next `record` continues the chain. The first step must be the
+        task.start. Refuses (ValueError) an empty list, steps of several tasks, and a task
+        already active here; AgentBindingError for another agent's steps.
+        """
+        items = [s if isinstance(s, Behavior) else Behavior.from_dict(dict(s)) for s in steps]
+        if not items:
+            raise ValueError("restore_task needs the task's recorded steps; got none")
+        tid = items[0].task_id
+        if any(b.task_id != tid for b in items):
+            raise ValueError("restore_task takes the steps of one task; got several task ids")
+        for b in items:
+            self._check_agent(b)
+        with self._lock(tid):
+            if self.engine.task_state(tid) in ("open", "closing"):
+                raise ValueError(f"task {tid!r} is already active in this runner")
+            checkpoint = self.engine.checkpoint(tid)
+            try:
+                for b in items:
+                    self.engine.record(b)
+            except BaseException:
+                self.engine.rollback(checkpoint)
+                raise
+            self._activity[tid] = time.monotonic()
+
+    def restore_intent(self, intent: Behavior | Mapping[str, Any]) -> None:
+        """Re-register an intent allowed in another process, so its outcome can be recorded
+        here (its ``meta["charter.eval"]``, if any, travels on). Refuses what
+        `PolicyEngine.register_intent` refuses.
+        """
+        b = intent if isinstance(intent, Behavior) else Behavior.from_dict(dict(intent))
+        self._check_agent(b)
+        with self._lock(b.task_id):
+            self.engine.register_intent(b)
+            self._activity[b.task_id] = time.monotonic()
+
+    # -- idle tasks ---------------------------------------------------------------------------
+
+    def _sweep_loop(self) -> None:
+        interval = self.settings.sweep_interval_seconds
+        while not self._stop.wait(interval):
+            try:
+                self.sweep_idle()
+            except Exception as exc:
+                report_internal_error(exc, "sweeper")
+
+    def sweep_idle(self) -> list[str]:
+        """Close every task idle longer than task_idle_seconds with a task.idle record
+        (``properties.idle.reason = "expired"``); returns their ids. Busy tasks are skipped.
+        """
+        limit = self.settings.task_idle_seconds
+        now = time.monotonic()
+        swept = []
+        for tid, last in list(self._activity.items()):
+            if now - last <= limit:
+                continue
+            lock = self._lock(tid)
+            if not lock.acquire(blocking=False):
+                continue
+            try:
+                last = self._activity.get(tid, now)
+                idle = time.monotonic() - last
+                if idle <= limit:
+                    continue
+                if self.engine.task_state(tid) == "open":
+                    history = self.engine.get_history(tid)
+                    closing = Behavior(
+                        agent_id=self.agent_id,
+                        task_id=tid,
+                        kind=ActionKind.TASK_IDLE,
+                        step_name=history[0].step_name if history else "task",
+                        properties={"idle": {"reason": "expired", "idle_seconds": round(idle, 3)}},
+                    )
+                    self._commit(closing)
+                self.engine.end_task(tid)
+                self._forget(tid)
+                self.swept += 1
+                swept.append(tid)
+            except Exception as exc:
+                report_internal_error(exc, "sweeper")
+            finally:
+                lock.release()
+        return swept
+
+    # -- status and shutdown ------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """A snapshot for `charter status` and health checks (plain JSON-able values).
+
+        Keys: load_state (enforcing / none_configured / unavailable / stale), cause,
+        policy_source, policies (count per enforcement point), applicable_policies (names
+        that apply to this agent), fail_mode, enforcement, durability, payload_mode, agent_id,
+        queue (queued, delivered, failed, dropped, pending, export_failed), store (ok,
+        location, detail), active_tasks, and counters.
+        """
+        state, cause = self._sources.state()
+        base = self._build_context("status")
+        applicable = [p.name for p in self.engine.policies if _applies(p, base)]
+        w = self._writer
+        if not self._sources.usable:
+            effective = (
+                "blocks action steps"
+                if self.settings.fail_mode == "closed"
+                else ("allows every step")
+            )
+        else:
+            effective = "enforcing the loaded set"
+        return {
+            "load_state": state,
+            "cause": cause,
+            "policy_source": self._sources.source,
+            "policies": self.engine.counts_by_enforcement_point(),
+            "applicable_policies": applicable,
+            "fail_mode": self.settings.fail_mode,
+            "fail_mode_effect": effective,
+            "enforcement": "monitor" if self.monitor else "enforce",
+            "durability": self.settings.audit_durability,
+            "payload_mode": self.settings.payload_mode,
+            "agent_id": self.agent_id,
+            "queue": {
+                "queued": w.queued,
+                "delivered": w.delivered,
+                "failed": w.failed,
+                "dropped": w.dropped,
+                "pending": w.pending,
+                "export_failed": w.export_failed,
+            },
+            "store": w.health(),
+            "active_tasks": len(self.engine.active_tasks()),
+            "counters": {
+                "evaluated": self.evaluated,
+                "blocked": self.blocked,
+                "evaluation_errors": self.evaluation_errors,
+                "idle_tasks_closed": self.swept,
+                "secrets_masked": self._redactor.masked,
+                "redaction_errors": self._redactor.errors,
+                "policy_reloads": self._sources.reloads,
+                "internal_errors_in_process": internal_error_count(),
+            },
+        }
+
+    @property
+    def store(self) -> AuditStore | None:
+        """The audit store in use (None when auditing is off or the store cannot be opened)."""
+        return self._writer.store
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every record queued so far is committed (or dropped); False on timeout."""
+        return self._writer.flush(timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper, flush within `timeout` (default exit_flush_seconds), stop the
+        writer and close the store it opened. Returns whether everything was flushed.
+        Idempotent; later evaluations still work but records are dropped and counted.
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        self._stop.set()
+        flushed = self._writer.close(
+            self.settings.exit_flush_seconds if timeout is None else timeout
+        )
+        with _live_lock:
+            _live.discard(self)
+        return flushed
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+_FIELDS = tuple(f.name for f in dataclasses.fields(Behavior))
+_GET = operator.attrgetter(*_FIELDS)
+# The slot descriptors' own setters: frozen dataclasses refuse plain attribute assignment.
+_PUT = tuple(getattr(Behavior, name).__set__ for name in _FIELDS)
+
+
+def wire_form(b: Behavior) -> dict[str, Any]:
+    """`Behavior.to_dict()` without seq (the store numbers its chains), before redaction.
+
+    Same fields and timestamp text as to_dict; built here because strftime is the slowest
+    part of to_dict and behaviors are always UTC, so isoformat gives the same text.
+    """
+    ts = b.timestamp
+    stamp = ts.isoformat(timespec="microseconds") if ts.tzinfo is UTC else None
+    return {
+        "agent_id": b.agent_id,
+        "task_id": b.task_id,
+        "action_id": b.action_id,
+        "timestamp": stamp[:-6] + "Z" if stamp else format_timestamp(ts),
+        "kind": b.kind.value,
+        "verb": b.verb.value if b.verb is not None else None,
+        "step_name": b.step_name,
+        "input": b.input,
+        "output": b.output,
+        "properties": b.properties,
+        "meta": b.meta,
+    }
+
+
+def derive(b: Behavior, **changes: Any) -> Behavior:
+    """A copy of the already validated `b` with `changes`, skipping validation.
+
+    Only for values Charter made itself and knows to be I-JSON (verdicts, outcome and chain
+    markers, seq, captured output): validating a behavior deep-copies its payloads, which on
+    the hot path costs more than the evaluation. Never for anything a caller handed in raw.
+    """
+    new = object.__new__(Behavior)
+    for name, value, put in zip(_FIELDS, _GET(b), _PUT, strict=True):
+        put(new, changes.get(name, value))
+    return new
+
+
+def _with_meta(b: Behavior, extra: Mapping[str, Any]) -> Behavior:
+    meta = dict(b.meta)
+    meta.update(extra)
+    return derive(b, meta=meta)
+
+
+def _register(runner: Runner) -> None:
+    global _atexit_registered
+    with _live_lock:
+        _live.add(runner)
+        if not _atexit_registered:
+            _atexit_registered = True
+            atexit.register(_flush_at_exit)
+
+
+def _flush_at_exit() -> None:
+    with _live_lock:
+        runners = list(_live)
+    for runner in runners:
+        try:
+            runner.close(runner.settings.exit_flush_seconds)
+        except Exception as exc:
+            report_internal_error(exc, "atexit flush")
+
+
+def flush_live_runners(timeout: float) -> None:
+    """Flush every open runner of this process (used by charter.testing between tests)."""
+    with _live_lock:
+        runners = list(_live)
+    for runner in runners:
+        runner.flush(timeout)

@@ -1,0 +1,322 @@
+"""Runner settings: keyword arguments, then ``CHARTER_*`` environment variables, then defaults.
+
+A keyword always beats the environment, so code that pins a setting cannot be overridden by
+a stray variable; the environment beats the defaults, so an operator can configure an agent
+without touching its code. Every refusal names the setting in both spellings
+(``policy_file= / CHARTER_POLICY_FILE``) and what is accepted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import math
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from charter._model.identifiers import check_identifier
+from charter._policy.policy import Policy
+
+__all__ = ["Settings"]
+
+
+def _env_name(name: str) -> str:
+    return "CHARTER_" + name.upper()
+
+
+def _spelling(name: str) -> str:
+    return f"{name}= / {_env_name(name)}"
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    accepted = ", ".join(options[:-1]) + " or " + options[-1]
+
+    def parse(value: Any) -> str:
+        if isinstance(value, str) and value.strip().lower() in options:
+            return value.strip().lower()
+        raise ValueError(accepted)
+
+    return parse
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    raise ValueError("a non-empty text")
+
+
+def _number(minimum: float, inclusive: bool) -> Callable[[Any], float]:
+    bound = f"at least {minimum:g}" if inclusive else f"above {minimum:g}"
+
+    def parse(value: Any) -> float:
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            number = float(value.strip() if isinstance(value, str) else value)
+        except (TypeError, ValueError):
+            raise ValueError(f"a number of seconds {bound}") from None
+        if not math.isfinite(number) or number < minimum or (number == minimum and not inclusive):
+            raise ValueError(f"a number of seconds {bound}")
+        return number
+
+    return parse
+
+
+def _count(value: Any) -> int:
+    try:
+        if isinstance(value, bool | float):
+            raise TypeError
+        number = int(value.strip() if isinstance(value, str) else value)
+    except (TypeError, ValueError):
+        raise ValueError("a whole number of at least 1") from None
+    if number < 1:
+        raise ValueError("a whole number of at least 1")
+    return number
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        items: list[Any] = [part.strip() for part in value.split(",")]
+    elif isinstance(value, Iterable) and not isinstance(value, Mapping | bytes):
+        items = list(value)
+    else:
+        raise ValueError("a list of names, or names separated by commas")
+    out = []
+    for item in items:
+        if isinstance(item, os.PathLike):
+            item = os.fspath(item)
+        if not isinstance(item, str):
+            raise ValueError("a list of names, or names separated by commas")
+        if item.strip():
+            out.append(item.strip())
+    return tuple(out)
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    if isinstance(value, os.PathLike):
+        value = [value]
+    try:
+        found = _names(value)
+    except ValueError:
+        raise ValueError("one or more YAML manifest paths (a list, or comma-separated)") from None
+    if not found:
+        raise ValueError("one or more YAML manifest paths (a list, or comma-separated)")
+    return found
+
+
+_POLICIES_ACCEPTED = (
+    "a list of policy mappings or charter.Policy objects (in the environment: a JSON array); "
+    "[] runs with no policies"
+)
+
+
+def _policies(value: Any) -> tuple[Policy | Mapping[str, Any], ...]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError(_POLICIES_ACCEPTED) from None
+    if isinstance(value, Mapping | str | bytes) or not isinstance(value, Iterable):
+        raise ValueError(_POLICIES_ACCEPTED)
+    items = tuple(value)
+    if not all(isinstance(item, Policy | Mapping) for item in items):
+        raise ValueError(_POLICIES_ACCEPTED)
+    return items
+
+
+def _agent_id(value: Any) -> str:
+    try:
+        return check_identifier("agent_id", value.strip() if isinstance(value, str) else value)
+    except ValueError:
+        raise ValueError("letters, digits and . _ : - only (at most 255 characters)") from None
+
+
+_LOCATION_ACCEPTED = "sqlite:///PATH, jsonl:///PATH, stdout or none"
+
+
+def _location(value: Any) -> str:
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ValueError(_LOCATION_ACCEPTED)
+    text = value.strip()
+    if text.lower() in ("stdout", "none"):
+        return text.lower()
+    for scheme in ("sqlite:///", "jsonl:///"):
+        if text.startswith(scheme) and len(text) > len(scheme):
+            return text
+    raise ValueError(_LOCATION_ACCEPTED)
+
+
+@dataclass(frozen=True, slots=True)
+class _Spec:
+    parse: Callable[[Any], Any]
+    meaning: str
+
+
+_SPECS: dict[str, _Spec] = {
+    "policies": _Spec(_policies, "inline policies (list of mappings or Policy objects)"),
+    "policy_file": _Spec(_paths, "YAML manifests (list or comma-separated), re-read on change"),
+    "policy_cache_path": _Spec(_text, "JSON file holding the last good policy set"),
+    "policy_cache_max_age": _Spec(_number(0, False), "seconds before the cache counts stale"),
+    "fail_mode": _Spec(_choice("closed", "open"), "with no usable policies: block or allow"),
+    "enforcement": _Spec(_choice("enforce", "monitor"), "monitor: judge and record only"),
+    "environment": _Spec(_text, "environment name policies can be scoped to"),
+    "risk_classification": _Spec(_text, "the agent's risk classification"),
+    "agent_id": _Spec(_agent_id, "the agent's identifier in the audit trail"),
+    "agent_name": _Spec(_text, "the agent's display name"),
+    "agent_purpose": _Spec(_text, "what the agent is for"),
+    "agent_owner": _Spec(_text, "who answers for the agent"),
+    "declared_tools": _Spec(_names, "tools the agent declares (feeds allow_only)"),
+    "project_root": _Spec(_text, "directory path rules are relative to"),
+    "trusted_values": _Spec(_names, "operator-trusted values (recipients, hosts)"),
+    "audit_location": _Spec(_location, "where the audit trail goes"),
+    "audit_durability": _Spec(_choice("buffered", "sync"), "buffered queue, or commit per step"),
+    "payload_mode": _Spec(
+        _choice("full", "metadata_only", "sha256"), "how payloads are kept in the trail"
+    ),
+    "max_clock_skew_seconds": _Spec(_number(0, False), "refuse steps stamped further off"),
+    "queue_size": _Spec(_count, "bound of the audit queue (records)"),
+    "exit_flush_seconds": _Spec(_number(0, True), "how long exit waits for the queue"),
+    "task_idle_seconds": _Spec(_number(0, False), "idle tasks are closed after this"),
+    "sweep_interval_seconds": _Spec(_number(0, False), "how often idle tasks are looked for"),
+    "template_location": _Spec(_text, "behavior templates file (used by integrations)"),
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """Everything a Runner needs, validated; build it with `Settings.from_sources(**kwargs)`.
+
+    Direct construction validates too but reads no environment. Refuses (ValueError naming
+    the setting in both spellings and what is accepted) an unparsable value, and a
+    configuration with no policy source at all: set `policies` (``[]`` is a source that
+    answered with nothing), `policy_file` or `policy_cache_path`.
+    """
+
+    policies: tuple[Policy | Mapping[str, Any], ...] | None = None
+    policy_file: tuple[str, ...] | None = None
+    policy_cache_path: str | None = None
+    policy_cache_max_age: float = 86_400.0
+    fail_mode: str = "closed"
+    enforcement: str = "enforce"
+    environment: str | None = None
+    risk_classification: str | None = None
+    agent_id: str = "default"
+    agent_name: str | None = None
+    agent_purpose: str | None = None
+    agent_owner: str | None = None
+    declared_tools: tuple[str, ...] | None = None
+    project_root: str | None = None
+    trusted_values: tuple[str, ...] = ()
+    audit_location: str = "sqlite:///.charter/audit.db"
+    audit_durability: str = "buffered"
+    payload_mode: str = "full"
+    max_clock_skew_seconds: float = 300.0
+    queue_size: int = 10_000
+    exit_flush_seconds: float = 5.0
+    task_idle_seconds: float = 3_600.0
+    sweep_interval_seconds: float = 60.0
+    template_location: str | None = None
+    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name, spec in _SPECS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            object.__setattr__(self, name, _parse(name, spec, value))
+        if self.policies is None and self.policy_file is None and self.policy_cache_path is None:
+            raise ValueError(
+                "no policy source is configured: set policies= / CHARTER_POLICIES (inline, [] "
+                "to run with none), policy_file= / CHARTER_POLICY_FILE (YAML manifests) or "
+                "policy_cache_path= / CHARTER_POLICY_CACHE_PATH (a saved policy set)"
+            )
+        object.__setattr__(self, "origins", dict(self.origins))
+
+    @classmethod
+    def from_sources(cls, env: Mapping[str, str] | None = None, **kwargs: Any) -> Settings:
+        """Resolve every setting: keyword (not None), else ``CHARTER_<NAME>``, else default.
+
+        `env` defaults to ``os.environ``; empty variables count as unset. Refuses unknown
+        keywords (naming the closest setting) and everything `Settings` refuses.
+        """
+        unknown = sorted(set(kwargs) - set(_SPECS))
+        if unknown:
+            name = unknown[0]
+            close = difflib.get_close_matches(name, list(_SPECS), n=1)
+            hint = f"; did you mean {close[0]}=?" if close else ""
+            raise ValueError(f"unknown setting {name}={hint} (accepted: {', '.join(_SPECS)})")
+        environ = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        origins: dict[str, str] = {}
+        for name in _SPECS:
+            if kwargs.get(name) is not None:
+                values[name] = kwargs[name]
+                origins[name] = "keyword"
+                continue
+            raw = environ.get(_env_name(name))
+            if raw is not None and raw.strip():
+                values[name] = raw
+                origins[name] = "env"
+        return cls(**values, origins=origins)
+
+    def origin(self, name: str) -> str:
+        """Where setting `name` came from: ``keyword``, ``env`` or ``default``."""
+        if name not in _SPECS:
+            raise ValueError(f"unknown setting {name}=")
+        return self.origins.get(name, "default")
+
+    def describe(self) -> list[tuple[str, str, str]]:
+        """One row per setting: (name, value as text, where it came from)."""
+        rows = []
+        for name in _SPECS:
+            rows.append((name, _display(name, getattr(self, name)), self.origin(name)))
+        return rows
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with `changes` applied as keywords (validated like new settings)."""
+        origins = dict(self.origins)
+        origins.update({name: "keyword" for name in changes})
+        return dataclasses.replace(self, **changes, origins=origins)
+
+    @staticmethod
+    def names() -> tuple[str, ...]:
+        """Every setting name, in documentation order."""
+        return tuple(_SPECS)
+
+    @staticmethod
+    def env_var(name: str) -> str:
+        """The environment variable of setting `name` (``CHARTER_`` + upper case)."""
+        return _env_name(name)
+
+    @staticmethod
+    def meaning(name: str) -> str:
+        """One line on what setting `name` does."""
+        return _SPECS[name].meaning
+
+
+def _parse(name: str, spec: _Spec, value: Any) -> Any:
+    try:
+        return spec.parse(value)
+    except ValueError as exc:
+        shown = f"{value!r:.80}"
+        raise ValueError(f"{_spelling(name)}: {shown} is not accepted; use {exc}") from None
+
+
+def _display(name: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if name == "policies":
+        count = len(value)
+        return f"{count} inline {'policy' if count == 1 else 'policies'}"
+    if isinstance(value, tuple):
+        return ", ".join(value) if value else "-"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)

@@ -1,0 +1,329 @@
+"""Getting redacted wire records into the audit store and the exporters.
+
+Two durabilities:
+
+- ``buffered``: records go into a bounded in-memory queue and one daemon thread redacts and
+  commits them in batches (everything available, up to 500 per append). The agent never
+  waits for I/O: a full queue drops the new record and counts it. A failing append is
+  retried (3 attempts, short backoff); a batch that still fails is retried record by record,
+  so one bad record cannot take its neighbours with it; what still fails is dropped and
+  counted.
+- ``sync``: `write_now` appends in the caller's thread and raises on failure, so the runner
+  can refuse the step and roll its history back.
+
+Every failure on this path goes through `report_internal_error`; none reaches the agent in
+buffered mode.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from charter._audit.base import AuditStore, StoreError
+from charter._audit.location import open_store
+from charter._runtime.internal import report_internal_error
+
+__all__ = ["AuditWriter", "Exporter"]
+
+BATCH_MAX = 500
+_BACKOFF = (0.05, 0.2)
+_LINGER = 0.005
+
+
+@runtime_checkable
+class Exporter(Protocol):
+    """Receives every committed audit record, chained, after the store accepted it.
+
+    `export` is called from the writer thread (buffered) or the recording thread (sync) with
+    the records of one commit, in order. It may raise: the failure is counted and logged and
+    the records stay in the store.
+    """
+
+    def export(self, records: Sequence[Mapping[str, Any]]) -> None:
+        """Send `records` somewhere; may raise."""
+        ...
+
+
+ExporterLike = Exporter | Callable[[Sequence[Mapping[str, Any]]], None]
+
+
+class AuditWriter:
+    """The queue, worker thread and store of one runner; see the module docstring.
+
+    Counters (records): `queued` accepted into the queue, `delivered` committed, `failed`
+    whose first write attempt failed, `dropped` never written (queue full or every attempt
+    failed), `export_failed` records an exporter raised on.
+    """
+
+    def __init__(
+        self,
+        location: str,
+        *,
+        store: AuditStore | None = None,
+        exporters: Iterable[ExporterLike] = (),
+        durability: str = "buffered",
+        queue_size: int = 10_000,
+        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    ) -> None:
+        self.location = location
+        self.enabled = store is not None or location != "none"
+        self.durability = durability
+        self._store = store
+        self._owns_store = store is None
+        self._store_error: str | None = None
+        self._store_lock = threading.Lock()
+        self._exporters = tuple(exporters)
+        self._prepare = prepare
+        self._size = queue_size
+        self._queue: deque[tuple[int, dict[str, Any]]] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._ticket = 0
+        self._done = 0
+        self._in_flight = 0
+        self._waiters = 0
+        self._stopping = False
+        self._closed = False
+        self.queued = 0
+        self.delivered = 0
+        self.failed = 0
+        self.dropped = 0
+        self.export_failed = 0
+        self._thread: threading.Thread | None = None
+        if self.enabled and self._store is None:
+            try:
+                self._open()
+            except Exception as exc:  # reported now, retried on every write
+                self._store_error = str(exc)
+                report_internal_error(exc, "audit.open")
+        if self.enabled and durability == "buffered":
+            self._thread = threading.Thread(
+                target=self._run, name="charter-audit-writer", daemon=True
+            )
+            self._thread.start()
+
+    # -- store --------------------------------------------------------------------------------
+
+    def _open(self) -> AuditStore:
+        with self._store_lock:
+            if self._store is None:
+                self._store = open_store(self.location)
+                self._store_error = None
+            return self._store
+
+    @property
+    def store(self) -> AuditStore | None:
+        """The open store, or None while it cannot be opened (or auditing is off)."""
+        return self._store
+
+    def health(self) -> dict[str, Any]:
+        """The store's health; never raises."""
+        if not self.enabled:
+            return {"ok": True, "location": "none", "detail": "auditing is off"}
+        store = self._store
+        if store is None:
+            return {
+                "ok": False,
+                "location": self.location,
+                "detail": f"cannot be opened: {self._store_error}",
+            }
+        try:
+            return store.health()
+        except Exception as exc:
+            return {"ok": False, "location": self.location, "detail": str(exc)}
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def submit(self, records: Sequence[dict[str, Any]]) -> int:
+        """Queue `records` (buffered); returns the ticket to `wait` for, 0 when none was taken.
+
+        Records are prepared (redacted) by the writer thread before they are written.
+
+        Never blocks and never raises: records that do not fit are dropped and counted.
+        """
+        if not self.enabled:
+            return 0
+        dropped = 0
+        ticket = 0
+        with self._cond:
+            for record in records:
+                if self._closed or len(self._queue) >= self._size:
+                    dropped += 1
+                    continue
+                self._ticket += 1
+                ticket = self._ticket
+                self._queue.append((ticket, record))
+                self.queued += 1
+            self.dropped += dropped
+            if ticket:
+                self._cond.notify()
+        if dropped:
+            why = "the runner is closed" if self._closed else f"the queue is full ({self._size})"
+            report_internal_error(
+                StoreError(
+                    f"{dropped} audit record(s) dropped: {why}; raise queue_size= / "
+                    "CHARTER_QUEUE_SIZE or check the store"
+                ),
+                "audit.queue",
+            )
+        return ticket
+
+    def write_now(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Prepare (redact) and append `records` atomically in this thread (sync durability),
+        then export them.
+
+        Returns the chained records. Raises StoreError (or whatever the store raised) when the
+        store cannot be opened or refuses: nothing was written in that case.
+        """
+        if not self.enabled or not records:
+            return []
+        if self._prepare is not None:
+            records = [self._prepare(r) for r in records]
+        try:
+            store = self._store or self._open()
+            chained = store.append(records)
+        except Exception:
+            with self._cond:
+                self.failed += len(records)
+            raise
+        with self._cond:
+            self.delivered += len(chained)
+        self._export(chained)
+        return chained
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stopping:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                linger = len(self._queue) < BATCH_MAX and not self._stopping and not self._waiters
+            if linger:
+                # Let a batch gather: woken per record, the writer would commit one record per
+                # transaction and take the GIL from the agent once per step.
+                time.sleep(_LINGER)
+            with self._cond:
+                count = min(len(self._queue), BATCH_MAX)
+                batch = [self._queue.popleft() for _ in range(count)]
+                self._in_flight = count
+            try:
+                self._write_batch([record for _, record in batch])
+            except Exception as exc:  # the worker must survive anything
+                report_internal_error(exc, "audit.writer")
+            with self._cond:
+                self._in_flight = 0
+                self._done = batch[-1][0]
+                self._cond.notify_all()
+
+    def _write_batch(self, records: list[dict[str, Any]]) -> None:
+        if self._prepare is not None:
+            # Redaction runs here, off the agent's thread; nothing unprepared is ever written.
+            records = [self._prepare(r) for r in records]
+        for attempt in range(len(_BACKOFF) + 1):
+            try:
+                store = self._store or self._open()
+                chained = store.append(records)
+            except Exception as exc:
+                if attempt == 0:
+                    with self._cond:
+                        self.failed += len(records)
+                report_internal_error(exc, "audit.append")
+                if attempt < len(_BACKOFF):
+                    time.sleep(_BACKOFF[attempt])
+                continue
+            with self._cond:
+                self.delivered += len(chained)
+            self._export(chained)
+            return
+        if len(records) == 1:
+            with self._cond:
+                self.dropped += 1
+            return
+        for record in records:
+            try:
+                store = self._store or self._open()
+                chained = store.append([record])
+            except Exception as exc:
+                report_internal_error(exc, "audit.append")
+                with self._cond:
+                    self.dropped += 1
+                continue
+            with self._cond:
+                self.delivered += len(chained)
+            self._export(chained)
+
+    def _export(self, chained: list[dict[str, Any]]) -> None:
+        for exporter in self._exporters:
+            try:
+                send = getattr(exporter, "export", None)
+                if send is not None:
+                    send(chained)
+                else:
+                    exporter(chained)  # type: ignore[operator]
+            except Exception as exc:
+                with self._cond:
+                    self.export_failed += len(chained)
+                report_internal_error(exc, f"exporter {type(exporter).__name__}")
+
+    # -- waiting ------------------------------------------------------------------------------
+
+    def wait(self, ticket: int, timeout: float | None) -> bool:
+        """Wait until every record up to `ticket` is settled (written or dropped).
+
+        Returns False when `timeout` seconds passed first.
+        """
+        if ticket <= 0 or self._thread is None:
+            return True
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._waiters += 1  # the writer stops lingering while someone waits
+            try:
+                while self._done < ticket:
+                    if not self._thread.is_alive():
+                        return False
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._cond.wait(left if left is not None else 0.5)
+            finally:
+                self._waiters -= 1
+        return True
+
+    def flush(self, timeout: float | None) -> bool:
+        """Wait until everything queued so far is settled; False on timeout."""
+        with self._cond:
+            ticket = self._ticket
+        return self.wait(ticket, timeout)
+
+    @property
+    def pending(self) -> int:
+        """Records queued or being written right now."""
+        with self._cond:
+            return len(self._queue) + self._in_flight
+
+    def close(self, timeout: float | None) -> bool:
+        """Flush within `timeout`, stop the worker and close a store this writer opened.
+
+        Returns False when records were still pending at the deadline (they are counted as
+        dropped). Idempotent.
+        """
+        flushed = self.flush(timeout)
+        with self._cond:
+            self._closed = True
+            self._stopping = True
+            if not flushed:
+                self.dropped += len(self._queue)
+                self._queue.clear()
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=1.0 if flushed else 0.1)
+        if self._owns_store and self._store is not None and flushed:
+            try:
+                self._store.close()
+            except Exception as exc:
+                report_internal_error(exc, "audit.close")
+        return flushed

@@ -1,0 +1,25 @@
+"""What an operator needs: open an audit store, verify its hash chains, read what broke.
+
+``open_store(location)`` opens (creating if needed) a ``sqlite:///``, ``jsonl:///`` or
+``stdout`` store; ``verify(location_or_store)`` checks every chain and returns a
+``VerifyReport`` whose ``breaks`` are ``ChainBreak``s. ``entry_hash`` and ``canonical_json``
+recompute a record's hash the way the stores do.
+"""
+
+from __future__ import annotations
+
+from charter._audit.base import AuditStore, ChainBreak, StoreError, VerifyReport
+from charter._audit.chain import ChainHead, canonical_json, entry_hash
+from charter._audit.location import open_store, verify
+
+__all__ = [
+    "AuditStore",
+    "ChainBreak",
+    "ChainHead",
+    "StoreError",
+    "VerifyReport",
+    "canonical_json",
+    "entry_hash",
+    "open_store",
+    "verify",
+]

@@ -1,0 +1,23 @@
+"""What a rule author needs: register a rule, say why it failed, read the step and its context.
+
+``charter.rule`` registers a function ``fn(view, params, ctx) -> bool | Violation``; the
+built-in rules are registered before any user rule, so a name clash is always reported.
+"""
+
+from __future__ import annotations
+
+from charter._model.behavior import Behavior
+from charter._model.context import EvalContext, RuleContext
+from charter._policy import rules as _builtin_rules  # noqa: F401  (registers the built-ins)
+from charter._policy.registry import RuleSpec, Violation, get_rule, registered_rules, rule
+
+__all__ = [
+    "Behavior",
+    "EvalContext",
+    "RuleContext",
+    "RuleSpec",
+    "Violation",
+    "get_rule",
+    "registered_rules",
+    "rule",
+]
