@@ -2,8 +2,8 @@
 
 Layers, lowest first: ``_model`` < ``_policy`` < ``_engine`` < ``_audit`` < ``_runtime`` <
 ``_cli``; the public modules (``charter``, ``charter.rules``, ``charter.audit``,
-``charter.testing``) sit on top. Every ``import`` statement counts, including those inside
-functions and ``if TYPE_CHECKING:`` blocks.
+``charter.integration``, ``charter.testing``) sit on top. Every ``import`` statement counts,
+including those inside functions and ``if TYPE_CHECKING:`` blocks.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def layer(module: str) -> int | None:
         return PUBLIC
     if parts[1] in LAYERS:
         return LAYERS.index(parts[1])
-    if len(parts) == 2 and not parts[1].startswith("_"):
+    if not parts[1].startswith("_"):  # a public module, or a public package's private part
         return PUBLIC
     return None
 

@@ -18,6 +18,7 @@ if _TYPE_CHECKING:
     from charter._audit.location import open_store, verify
     from charter._engine.engine import Decision, EvalResult, LoadReport, PolicyEngine, PolicyResult
     from charter._model.behavior import (
+        CLOSING_KINDS,
         TASK_BOUNDARY_KINDS,
         ActionKind,
         Behavior,
@@ -97,6 +98,7 @@ _LAZY: dict[str, str] = {
     "StepHandle": "charter._runtime.governor",
     "StoreError": "charter._audit.base",
     "TASK_BOUNDARY_KINDS": "charter._model.behavior",
+    "CLOSING_KINDS": "charter._model.behavior",
     "TaskClosedError": "charter._model.errors",
     "TaskHandle": "charter._runtime.governor",
     "TaskHistory": "charter._model.history",
@@ -122,6 +124,7 @@ _LAZY: dict[str, str] = {
 }
 
 __all__ = [
+    "CLOSING_KINDS",
     "TASK_BOUNDARY_KINDS",
     "ActionKind",
     "AgentBindingError",

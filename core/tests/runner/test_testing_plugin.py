@@ -73,6 +73,11 @@ def test_a_swallowed_error_fails_the_test_unless_marked(tmp_path: Path) -> None:
 
 def test_the_module_api() -> None:
     assert charter.testing.__all__ == [
+        "CONTRACT_TOOL",
+        "ContractAdapter",
+        "IntegrationContract",
+        "PairedIntegrationContract",
+        "ToolRun",
         "charter_internal_errors",
         "pytest_configure",
         "swallowed_errors",

@@ -77,7 +77,8 @@ class EvalResult:
     """The decision on one step, with one result per policy that was evaluated.
 
     `recorded_seq` is set when the runner recorded the step itself (a blocked step is recorded
-    by the gate that blocked it). `reason` is one line for the user or the model.
+    by the gate that blocked it). `reason` is one line for the user or the model. `monitored`
+    is True when monitor mode let through a step that would have been blocked or asked.
     """
 
     decision: Decision
@@ -86,6 +87,7 @@ class EvalResult:
     action_id: str | None = None
     recorded_seq: int | None = None
     reason: str = ""
+    monitored: bool = False
 
     @property
     def violations(self) -> tuple[PolicyResult, ...]:

@@ -12,6 +12,7 @@ from charter._model.identifiers import check_identifier, check_step_name
 from charter._model.ijson import checked_copy
 
 __all__ = [
+    "CLOSING_KINDS",
     "TASK_BOUNDARY_KINDS",
     "ActionKind",
     "Behavior",

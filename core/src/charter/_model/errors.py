@@ -48,13 +48,23 @@ class BlockedError(CharterError, PermissionError):
     Derives from PermissionError so that retry machinery which retries plain exceptions (such
     as LangGraph's default retry policy) never retries a block. `reason` is one line meant for
     the user or the model; `result` is the full evaluation (a `charter.EvalResult`, typed
-    loosely here because the errors sit below the engine).
+    loosely here because the errors sit below the engine; None when Charter could not
+    evaluate at all); `step_name` and `kind` name the step when known. Survives pickling
+    (frameworks move exceptions across threads and processes).
     """
 
-    def __init__(self, reason: str, result: Any = None) -> None:
+    def __init__(
+        self, reason: str, result: Any = None, step_name: str = "", kind: str = ""
+    ) -> None:
         self.reason = reason
         self.result = result
-        super().__init__(reason)
+        self.step_name = step_name
+        self.kind = kind
+        # Every field is in args, so the default pickling rebuilds the same error.
+        super().__init__(reason, result, step_name, kind)
+
+    def __str__(self) -> str:
+        return self.reason
 
 
 class AuditError(CharterError):

@@ -88,7 +88,6 @@ class TaskHandle:
 class _Call:
     fn: Callable[..., Any]
     args: tuple[Any, ...]
-    blocking: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -581,7 +580,9 @@ class Governor:
         b = self.build_step(
             kind, verb, name=name, input=input, properties=properties, task_id=task_id
         )
-        return StepHandle(self, b, self._drive(self._flow(b)))
+        result = self._drive(self._flow(b))
+        assert isinstance(result, EvalResult)  # without pause the approver answers asks
+        return StepHandle(self, b, result)
 
     async def abegin_step(
         self,
@@ -597,7 +598,9 @@ class Governor:
         b = self.build_step(
             kind, verb, name=name, input=input, properties=properties, task_id=task_id
         )
-        return StepHandle(self, b, await self._adrive(self._flow(b)))
+        result = await self._adrive(self._flow(b))
+        assert isinstance(result, EvalResult)  # without pause the approver answers asks
+        return StepHandle(self, b, result)
 
     def evaluate(
         self,
@@ -683,13 +686,13 @@ class Governor:
     # -- the decision flow --------------------------------------------------------------------
 
     def _flow(self, b: Behavior) -> _Flow:
-        result: EvalResult = yield _Call(self.runner.evaluate, (b,), True)
+        result: EvalResult = yield _Call(self.runner.evaluate, (b,))
         if result.decision is Decision.ASK:
             gate = self._take_approval(b)
             if gate is None:
                 request = ApprovalRequest(b, result.violations, result.reason, result)
                 approval: Approval = yield _Ask(request)
-                _, gate = yield _Call(self._record_gate, (b.task_id, request, approval), True)
+                _, gate = yield _Call(self._record_gate, (b.task_id, request, approval))
             if not gate.approved:
                 why = f": {gate.why}" if gate.why else ""
                 denied = EvalResult(
@@ -700,25 +703,31 @@ class Governor:
                     None,
                     f"blocked: approval denied by {gate.by}{why} ({result.reason})",
                 )
-                blocked = yield _Call(self.runner.record_block, (b, denied), True)
+                blocked = yield _Call(self.runner.record_block, (b, denied))
                 raise BlockedError(_line(blocked.reason), blocked)
-            result = yield _Call(self.runner.evaluate, (b,), True)
+            result = yield _Call(self.runner.evaluate, (b,))
             if result.decision is Decision.ASK:
                 # One approval round per step: the approval just given authorises this run.
-                result = yield _Call(self.runner.authorize, (b, result), True)
+                result = yield _Call(self.runner.authorize, (b, result))
         if result.decision is Decision.BLOCK:
             raise BlockedError(_line(result.reason), result)
         if result.decision is Decision.WARN:
             self._warn(b, result)
-        elif result.decision is Decision.ALLOW and result.reason.startswith("monitor mode"):
+        elif result.monitored:
             self._incident(b, result.reason)
         return result
 
-    def _drive(self, flow: _Flow) -> EvalResult:
+    def _drive(self, flow: _Flow, pause: bool = False) -> EvalResult | ApprovalRequest:
+        # With `pause`, an ask ends the flow with its request (nothing was registered for the
+        # step): the integration's framework pauses and the answer is recorded before the
+        # step is gated again.
         try:
             op = next(flow)
             while True:
                 if isinstance(op, _Ask):
+                    if pause:
+                        flow.close()
+                        return op.request
                     op = flow.send(self._ask(op.request))
                 else:
                     op = flow.send(op.fn(*op.args))
@@ -726,16 +735,17 @@ class Governor:
             result: EvalResult = stop.value
             return result
 
-    async def _adrive(self, flow: _Flow) -> EvalResult:
+    async def _adrive(self, flow: _Flow, pause: bool = False) -> EvalResult | ApprovalRequest:
         try:
             op = next(flow)
             while True:
                 if isinstance(op, _Ask):
+                    if pause:
+                        flow.close()
+                        return op.request
                     op = flow.send(await self._aask(op.request))
-                elif op.blocking:
-                    op = flow.send(await self._run(op.fn, *op.args))
                 else:
-                    op = flow.send(op.fn(*op.args))
+                    op = flow.send(await self._run(op.fn, *op.args))
         except StopIteration as stop:
             result: EvalResult = stop.value
             return result
@@ -784,13 +794,16 @@ class Governor:
         return Approval(False, "charter", f"the approver raised {type(exc).__name__}: {exc}")
 
     def _warn(self, b: Behavior, result: EvalResult) -> None:
-        self._incident(b, result.reason)
+        # Reported once: the PolicyWarning (once per policy) is the report; every occurrence
+        # is counted and logged at debug level only.
         first = []
         with self._lock:
+            self.incidents += 1
             for v in result.violations:
                 if v.severity in _WARN_SEVERITIES and not v.ask and v.name not in self._warned:
                     self._warned.add(v.name)
                     first.append(v)
+        logger.debug("charter warning: task %s step %r: %s", b.task_id, b.step_name, result.reason)
         for v in first:
             warnings.warn(
                 PolicyWarning(

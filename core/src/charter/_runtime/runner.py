@@ -313,7 +313,10 @@ class Runner:
         verdict = self._verdict(would)
         if self.monitor and would.decision in (Decision.BLOCK, Decision.ASK):
             enforced = dataclasses.replace(
-                would, decision=Decision.ALLOW, reason=f"monitor mode, not enforced: {would.reason}"
+                would,
+                decision=Decision.ALLOW,
+                reason=f"monitor mode, not enforced: {would.reason}",
+                monitored=True,
             )
             return enforced, verdict
         return would, verdict

@@ -711,4 +711,4 @@ def _charter_version(charter_file: str) -> str:
     # What decides how a manifest parses: reading package metadata would cost more.
     from charter_claude_code._mapping import code_stamp
 
-    return code_stamp(charter_file, "_manifest.py", "_policy.py", "_params.py")
+    return code_stamp(charter_file, "_policy/manifest.py", "_policy/policy.py", "_policy/params.py")

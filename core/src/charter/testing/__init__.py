@@ -10,6 +10,11 @@ line in ``conftest.py``::
 or import the fixture there (``from charter.testing import charter_internal_errors``), which
 applies it to that directory. A test that expects Charter to swallow an error says so with
 ``@pytest.mark.allow_internal_errors`` (the plugin registers the marker).
+
+It also holds the integration conformance kit: an integration's tests subclass
+`IntegrationContract` (or `PairedIntegrationContract`) with an `adapter` fixture that drives
+the real framework, and the contract suite checks blocks, allows, approvals, fail mode and
+double recording against the audit trail.
 """
 
 from __future__ import annotations
@@ -20,13 +25,29 @@ import pytest
 
 from charter._runtime import internal as _internal
 from charter._runtime import runner as _runner
+from charter.testing._contract import (
+    CONTRACT_TOOL,
+    ContractAdapter,
+    IntegrationContract,
+    PairedIntegrationContract,
+    ToolRun,
+)
 
 if typing.TYPE_CHECKING:
     from collections.abc import Iterator
 
     from charter._runtime.internal import InternalError
 
-__all__ = ["charter_internal_errors", "pytest_configure", "swallowed_errors"]
+__all__ = [
+    "CONTRACT_TOOL",
+    "ContractAdapter",
+    "IntegrationContract",
+    "PairedIntegrationContract",
+    "ToolRun",
+    "charter_internal_errors",
+    "pytest_configure",
+    "swallowed_errors",
+]
 
 _MARKER = "allow_internal_errors"
 _FLUSH_SECONDS = 5.0

@@ -1,0 +1,633 @@
+"""The gate every integration drives: decide, record, task lifecycle, approvals, claims.
+
+Three rules live here and nowhere else, the same for every framework:
+
+- **Deciding.** `Gate.decide` never raises. It answers `Allowed` (with the handle to settle),
+  `Blocked` (already recorded by the gate when a policy or a person refused) or `Pending`
+  (a policy asks and the integration pauses its framework). When Charter cannot decide (the
+  gate itself failed, the step could not be built), the step is blocked with the reason
+  under ``fail_mode="closed"`` (the default); under ``"open"`` it is allowed ungoverned
+  (`Allowed.handle` is None, nothing is recorded for it) and the fault is reported. No
+  policy set, or an engine that raised, is applied the same way inside the runner.
+- **Recording.** Outcomes and task ends never raise into the agent in ``buffered``
+  durability: a failure is reported through `charter.report_internal_error` (counted,
+  visible in status, a test failure under `charter.testing`). In ``sync`` durability an
+  outcome that could not be stored raises `charter.AuditError` (after being reported): the
+  user asked for a trail that is never behind the agent.
+- **Claims.** A step is governed once: the integration that gated it claims it (a context
+  variable, and the framework's inherited run metadata under `CLAIM_KEY`) and every other
+  integration on the same Governor skips it and puts its own nested steps in that task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from charter._engine.engine import EvalResult
+from charter._model.behavior import CLOSING_KINDS, Behavior
+from charter._model.errors import AuditError, BlockedError
+from charter._model.identifiers import task_id_from
+from charter._model.ijson import canonical_digest
+from charter._runtime.approval import ApprovalRequest
+from charter._runtime.governor import Governor, StepHandle
+from charter._runtime.internal import report_internal_error
+from charter._runtime.steps import Step, tool_step
+
+__all__ = [
+    "CLAIM_KEY",
+    "Allowed",
+    "Answer",
+    "Blocked",
+    "Claim",
+    "Gate",
+    "Pending",
+    "RunNotFinishedError",
+    "approval_request",
+    "claim",
+    "current_claim",
+    "read_answers",
+    "run_task_id",
+]
+
+logger = logging.getLogger("charter")
+
+CLAIM_KEY = "charter_claim"
+_REASON_MAX = 300
+
+
+def _line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class RunNotFinishedError(RuntimeError):
+    """Recorded as the task.error of a run that never reached its end (superseded by a new
+    run of its thread, or abandoned when its framework stopped)."""
+
+
+# -- decisions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    """The step may run. Settle `handle` once with `Gate.complete`, `fail` or `abandon`.
+
+    `handle` is None only under ``fail_mode="open"`` when Charter could not decide: the step
+    runs ungoverned and the Gate's settle calls do nothing for it. `reason` says why it was
+    allowed (a warning, monitor mode, fail-open), `result` is the evaluation when there was one.
+    """
+
+    handle: StepHandle | None
+    reason: str
+    result: EvalResult | None
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """The step must not run. `reason` is one line for the user or the model.
+
+    `recorded` is True when the gate recorded the blocked step (a policy or a person refused
+    it); False when Charter could not decide and nothing could be recorded.
+    """
+
+    step: Step
+    reason: str
+    result: EvalResult | None
+
+    @property
+    def recorded(self) -> bool:
+        return self.result is not None and self.result.recorded_seq is not None
+
+    def error(self) -> BlockedError:
+        """The refusal as the exception to raise where the framework needs one (a
+        PermissionError: retry machinery does not retry it)."""
+        return BlockedError(self.reason, self.result, step_name=self.step.name, kind=self.step.kind)
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """A policy asks: the step waits for a person. Nothing is recorded until the answer is.
+
+    `request` is bound to the SHA-256 of the step's canonical input (`digest`); `call_id` is
+    the framework's tool-call id when there is one (it makes the action editable).
+    """
+
+    step: Step
+    task_id: str
+    request: ApprovalRequest
+    call_id: str | None = None
+
+    @property
+    def digest(self) -> str:
+        return self.request.digest
+
+    def action(self) -> dict[str, Any]:
+        """This request as one entry of ``action_requests`` (HumanInTheLoopMiddleware's
+        shape: name, args, description) with Charter's facts under ``charter``."""
+        return {
+            "name": self.step.name,
+            "args": dict(self.step.input),
+            "description": self.request.reason,
+            "charter": {
+                "kind": self.step.kind,
+                "verb": self.step.verb,
+                "policies": list(self.request.policies),
+                "tool_call_id": self.call_id,
+                "digest": self.digest,
+            },
+        }
+
+
+Decision = Allowed | Blocked | Pending
+
+
+# -- approval requests and answers --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """A reviewer's decision on one pending step: `kind` is approve, edit or reject, `by`
+    who answered, `why` their reason, `edited` the replacement (name, args) of an edit."""
+
+    kind: Literal["approve", "edit", "reject"]
+    by: str
+    why: str
+    edited: tuple[str, dict[str, Any]] | None = None
+
+
+def approval_request(pending: Sequence[Pending]) -> dict[str, Any]:
+    """One request for every pending step of a turn, in HumanInTheLoopMiddleware's shape:
+    ``{"action_requests": [...], "review_configs": [...]}``; edits are offered for tool
+    calls with a call id. Refuses (ValueError) an empty list."""
+    if not pending:
+        raise ValueError("approval_request needs at least one pending step")
+    return {
+        "action_requests": [p.action() for p in pending],
+        "review_configs": [
+            {
+                "action_name": p.step.name,
+                "allowed_decisions": ["approve", "edit", "reject"]
+                if p.call_id is not None
+                else ["approve", "reject"],
+            }
+            for p in pending
+        ],
+    }
+
+
+def read_answers(
+    raw: Any, pending: Sequence[Pending], *, default_by: str = "human"
+) -> list[Answer]:
+    """Read a resume value: ``{"decisions": [d, ...]}`` with one decision per pending step,
+    in order (a single bare decision is accepted for a single step). Each decision is
+    ``{"type": "approve"|"reject"|"edit", "message"?, "by"?, "edited_action"?: {name, args}}``.
+
+    Never raises: anything unreadable, a count that does not match, or an edit of a step
+    that is not editable becomes a rejection saying why; an approval nobody can be sure was
+    given is not one.
+    """
+    decisions: Any
+    if isinstance(raw, Mapping) and "decisions" in raw:
+        decisions = raw.get("decisions")
+    elif len(pending) == 1:
+        decisions = [raw]
+    else:
+        decisions = raw
+    if not isinstance(decisions, list) or len(decisions) != len(pending):
+        problem = f"expected {len(pending)} decision(s), got {_describe(decisions)}"
+        return [_unreadable(problem) for _ in pending]
+    return [_read_one(d, p, default_by) for d, p in zip(decisions, pending, strict=True)]
+
+
+def _read_one(decision: Any, pending: Pending, default_by: str) -> Answer:
+    if not isinstance(decision, Mapping):
+        return _unreadable(f"a decision is a mapping with a type, got {_describe(decision)}")
+    by = decision.get("by")
+    by = by if isinstance(by, str) and by.strip() else default_by
+    why = decision.get("message")
+    why = why if isinstance(why, str) else ""
+    kind = decision.get("type")
+    editable = pending.call_id is not None
+    if kind == "approve":
+        return Answer("approve", by, why or "approved")
+    if kind == "reject":
+        return Answer("reject", by, why or "rejected")
+    if kind == "edit" and editable:
+        action = decision.get("edited_action")
+        if not isinstance(action, Mapping):
+            return _unreadable("an edit needs edited_action: {name, args}")
+        name, args = action.get("name"), action.get("args")
+        if not isinstance(name, str) or not name or not isinstance(args, Mapping):
+            return _unreadable("an edit's edited_action needs a name and an args mapping")
+        why = why or f"replaced by the reviewer's edit ({name})"
+        return Answer("edit", by, why, (name, {str(k): v for k, v in args.items()}))
+    allowed = "approve, edit or reject" if editable else "approve or reject"
+    return _unreadable(f"decision type {kind!r} is not one of {allowed} for {pending.step.name!r}")
+
+
+def _unreadable(problem: str) -> Answer:
+    return Answer("reject", "charter", f"the approval answer could not be read ({problem})")
+
+
+def _describe(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# -- claims: one record per step ----------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Claim:
+    """One step gated by an integration: `kind` is model, tool or node; a tool claim names
+    its call id and tool. `governor` and `task_id` let another integration on the same
+    Governor put the steps it does record (nested ones) into this task."""
+
+    kind: str
+    call_id: str | None
+    name: str | None
+    governor: Governor
+    task_id: str
+    _taken: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def covers(self, kind: str, call_id: str | None, name: str | None = None) -> bool:
+        """True when this claim is for a `kind` run with `call_id` (or, when the framework
+        gives no call id, with `name`)."""
+        if kind != self.kind:
+            return False
+        if kind == "tool":
+            return call_id == self.call_id if call_id is not None else name == self.name
+        return True
+
+    def take(self, kind: str, call_id: str | None, name: str | None = None) -> bool:
+        """True (once) when this claim covers the run: its first start event is the
+        claimed step; nested runs of the same kind are not claimed."""
+        if not self.covers(kind, call_id, name):
+            return False
+        with self._lock:
+            if self._taken:
+                return False
+            self._taken = True
+            return True
+
+    def metadata(self) -> dict[str, Any]:
+        """The claim as run metadata for frameworks that pass metadata to child runs."""
+        return {
+            CLAIM_KEY: {
+                "kind": self.kind,
+                "call_id": self.call_id,
+                "name": self.name,
+                "task_id": self.task_id,
+                "governor": id(self.governor),
+            }
+        }
+
+
+_current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar(
+    "charter.claim", default=None
+)
+
+
+def current_claim() -> Claim | None:
+    """The innermost claim of this context (thread or asyncio task), or None."""
+    return _current.get()
+
+
+@contextmanager
+def claim(claimed: Claim) -> Iterator[Claim]:
+    """Hold `claimed` while the claimed step runs."""
+    token = _current.set(claimed)
+    try:
+        yield claimed
+    finally:
+        try:
+            _current.reset(token)
+        except ValueError:  # reset from another context (a generator finalised elsewhere)
+            _current.set(None)
+
+
+def run_task_id(thread_id: Any, run: int) -> str:
+    """The task id of a thread's `run`-th run (1-based): ``task_id_from(thread_id)`` for the
+    first, ``<that>:<run>`` after, so every run of a thread is its own task and an ended
+    task id is never reused. Refuses (ValueError) a run below 1."""
+    if run < 1:
+        raise ValueError(f"runs are numbered from 1, got {run}")
+    base = task_id_from(str(thread_id))
+    return base if run == 1 else task_id_from(f"{base}:{run}")
+
+
+# -- the gate -----------------------------------------------------------------------------
+
+
+class Gate:
+    """A Governor seen through the integration contract, for one framework.
+
+    Build from an existing `governor`, or from the Governor's setting keywords (and an
+    optional `approver`); refuses (ValueError) both at once. Refuses what `charter.Governor`
+    refuses (unknown settings, bad values) and a template file that cannot be loaded.
+    """
+
+    def __init__(
+        self,
+        framework: str,
+        *,
+        governor: Governor | None = None,
+        approver: Any = None,
+        **settings: Any,
+    ) -> None:
+        if governor is not None:
+            if settings or approver is not None:
+                names = ", ".join([*settings, *(["approver"] if approver is not None else [])])
+                raise ValueError(
+                    f"pass either governor= or setting keywords, not both (got {names}); "
+                    "the governor has its settings and approver already"
+                )
+            self.governor = governor
+        else:
+            self.governor = Governor(approver=approver, **settings)
+        self.framework = framework
+        self._templates: Any = _load_templates(self.governor.runner.settings.template_location)
+
+    @property
+    def agent_id(self) -> str:
+        return self.governor.runner.agent_id
+
+    @property
+    def fail_mode(self) -> str:
+        return self.governor.runner.settings.fail_mode
+
+    @property
+    def sync_durability(self) -> bool:
+        return self.governor.runner.settings.audit_durability == "sync"
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def tool_step(
+        self,
+        name: str,
+        args: Mapping[str, Any] | None,
+        *,
+        call_id: str | None = None,
+        description: str | None = None,
+        ids: Mapping[str, Any] | None = None,
+        template: str | None = None,
+    ) -> Step:
+        """A tool call mapped through the templates (`template` names the one to use,
+        default this framework's; names no template knows are ``step.unknown``)."""
+        resolved = _resolve(self._templates, template or self.framework, name, args)
+        kind, verb, properties = resolved.kind, resolved.verb, resolved.properties
+        return tool_step(
+            self.framework,
+            name,
+            args,
+            kind=kind,
+            verb=verb,
+            properties=properties,
+            call_id=call_id,
+            description=description,
+            ids=ids,
+        )
+
+    # -- deciding -----------------------------------------------------------------------------
+
+    def decide(
+        self, step: Step, task_id: str, *, pause: bool = False, call_id: str | None = None
+    ) -> Decision:
+        """Judge `step` in task `task_id` before it runs; never raises.
+
+        With `pause` a policy that asks returns `Pending` (record the answer with `answer`
+        and decide again); without it the Governor's approver answers at once. A recorded
+        answer for this step and input is used (once) instead of asking again.
+        """
+        try:
+            b = self._behavior(step, task_id)
+            got = self.governor._drive(self.governor._flow(b), pause=pause)
+        except BlockedError as exc:
+            return Blocked(step, exc.reason, exc.result)
+        except Exception as exc:
+            return self._undecided(step, exc)
+        return self._decided(step, task_id, b, got, call_id)
+
+    async def adecide(
+        self, step: Step, task_id: str, *, pause: bool = False, call_id: str | None = None
+    ) -> Decision:
+        """`decide` for async code (async approvers are awaited, sync ones run in a thread)."""
+        try:
+            b = self._behavior(step, task_id)
+            got = await self.governor._adrive(self.governor._flow(b), pause=pause)
+        except BlockedError as exc:
+            return Blocked(step, exc.reason, exc.result)
+        except Exception as exc:
+            return self._undecided(step, exc)
+        return self._decided(step, task_id, b, got, call_id)
+
+    def _behavior(self, step: Step, task_id: str) -> Behavior:
+        return self.governor.build_step(
+            step.kind,
+            step.verb,
+            name=step.name,
+            input=step.input,
+            properties=step.properties,
+            task_id=task_id,
+        )
+
+    def _decided(
+        self,
+        step: Step,
+        task_id: str,
+        b: Behavior,
+        got: EvalResult | ApprovalRequest,
+        call_id: str | None,
+    ) -> Decision:
+        if isinstance(got, ApprovalRequest):
+            cid = call_id
+            if cid is None:
+                tool = step.properties.get("tool")
+                cid = tool.get("call_id") if isinstance(tool, Mapping) else None
+            return Pending(step, task_id, got, cid if isinstance(cid, str) else None)
+        return Allowed(StepHandle(self.governor, b, got), got.reason, got)
+
+    def _undecided(self, step: Step, exc: BaseException) -> Decision:
+        why = (
+            f"Charter could not judge {step.kind} {step.name!r} "
+            f"({type(exc).__name__}: {_line(str(exc))[:_REASON_MAX]})"
+        )
+        report_internal_error(exc, f"{self.framework}: deciding {step.name!r}")
+        if self.fail_mode == "open":
+            return Allowed(None, f"allowed: {why}; fail_mode is open", None)
+        return Blocked(step, f"blocked: {why}; governance fails closed", None)
+
+    # -- approvals ----------------------------------------------------------------------------
+
+    def answer(self, pending: Pending, answer: Answer) -> Step:
+        """Record a reviewer's answer on `pending` as a step.gate bound to its input; returns
+        the step to decide again: the same one, or the reviewer's edit (judged again before
+        it runs: the edit is approved for its own input, the original is denied).
+
+        Raises what recording raises (an approval that is not on record must not let the
+        step run; the next `decide` then asks again or fails closed).
+        """
+        gov = self.governor
+        if answer.kind == "edit" and answer.edited is not None:
+            gov.record_approval(pending.task_id, pending.request, False, answer.by, answer.why)
+            edited = pending.step.with_input(*answer.edited)
+            intent = self._behavior(edited, pending.task_id)
+            gov.record_approval(pending.task_id, intent, True, answer.by, answer.why)
+            return edited
+        approved = answer.kind == "approve"
+        gov.record_approval(pending.task_id, pending.request, approved, answer.by, answer.why)
+        return pending.step
+
+    # -- recording ----------------------------------------------------------------------------
+
+    def complete(
+        self, handle: StepHandle | None, output: Any, *, properties: Mapping[str, Any] | None = None
+    ) -> None:
+        """Record success with `output`; `properties` adds outcome-only facts (see
+        `model_outcome`). Follows the recording rule; nothing for a None handle."""
+        if handle is not None:
+            self._recorded(
+                f"the outcome of {handle.behavior.step_name!r}",
+                handle.complete,
+                output,
+                properties=dict(properties) if properties else None,
+            )
+
+    def fail(self, handle: StepHandle | None, exc: BaseException) -> None:
+        """Record failure (the error's type and message). Follows the recording rule."""
+        if handle is not None:
+            self._recorded(f"the failure of {handle.behavior.step_name!r}", handle.fail, exc)
+
+    def abandon(self, handle: StepHandle | None) -> None:
+        """Record that the step did not run to an end. Follows the recording rule."""
+        if handle is not None and handle.settled is None:
+            self._recorded(f"the abandonment of {handle.behavior.step_name!r}", handle.abandon)
+
+    async def acomplete(
+        self, handle: StepHandle | None, output: Any, *, properties: Mapping[str, Any] | None = None
+    ) -> None:
+        """`complete` for async code (store I/O off the event loop in sync durability)."""
+        await self._off_loop(self.complete, handle, output, properties=properties)
+
+    async def afail(self, handle: StepHandle | None, exc: BaseException) -> None:
+        """`fail` for async code."""
+        await self._off_loop(self.fail, handle, exc)
+
+    async def aabandon(self, handle: StepHandle | None) -> None:
+        """`abandon` for async code."""
+        await self._off_loop(self.abandon, handle)
+
+    def _recorded(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:
+            report_internal_error(exc, f"{self.framework}: {what}")
+            if isinstance(exc, AuditError) and self.sync_durability:
+                raise
+
+    async def _off_loop(self, fn: Any, *args: Any, **kwargs: Any) -> None:
+        if self.sync_durability:
+            await asyncio.to_thread(fn, *args, **kwargs)
+        else:
+            fn(*args, **kwargs)
+
+    # -- tasks --------------------------------------------------------------------------------
+
+    def start_task(
+        self, task_id: str | None, name: str, input: Any = None, properties: Any = None
+    ) -> str | Blocked:
+        """Record task.start; returns the task id, or `Blocked` when the task may not start
+        (a policy on task.start; Charter failing under fail_mode closed)."""
+        try:
+            return self.governor.start_task(task_id, name=name, input=input, properties=properties)
+        except BlockedError as exc:
+            return Blocked(Step("task.start", None, name), exc.reason, exc.result)
+        except Exception as exc:
+            decision = self._undecided(Step("task.start", None, name), exc)
+            if isinstance(decision, Blocked):
+                return decision
+            raise
+
+    def end_task(
+        self, task_id: str, error: BaseException | None = None, output: Any = None
+    ) -> None:
+        """Record task.end (task.error given `error`); steps still open are recorded as
+        abandoned first. Follows the recording rule."""
+        self._recorded(
+            f"the end of task {task_id!r}",
+            self.governor.end_task,
+            task_id,
+            error,
+            output=output,
+        )
+
+    async def aend_task(
+        self, task_id: str, error: BaseException | None = None, output: Any = None
+    ) -> None:
+        """`end_task` for async code (waits for the store off the event loop)."""
+        await asyncio.to_thread(self.end_task, task_id, error, output)
+
+    def supersede(self, task_id: str, why: str = "a new run of its thread started") -> None:
+        """Close a run that never reached its end: task.error with RunNotFinishedError."""
+        if self.task_state(task_id) in ("open", "closing"):
+            self.end_task(task_id, RunNotFinishedError(f"the run did not finish: {why}"))
+
+    def task_state(self, task_id: str) -> str:
+        """open, closing, ended or unknown (to this process)."""
+        return self.governor.runner.engine.task_state(task_id)
+
+    def resume_task(self, task_id: str) -> str:
+        """Make `task_id` usable here when it is open in the audit store but unknown to this
+        process (a run paused in one process and resumed in another). Returns the task's
+        state afterwards; never raises (a task that cannot be restored stays unknown and its
+        steps are blocked)."""
+        try:
+            state = self.task_state(task_id)
+            if state != "unknown":
+                return state
+            runner = self.governor.runner
+            store = runner.store
+            if store is None:
+                return state
+            records = store.read_task(task_id, runner.agent_id)
+            if not records:
+                return state
+            if records[-1].get("kind") in {k.value for k in CLOSING_KINDS}:
+                return "ended"
+            runner.restore_task(records)
+            return self.task_state(task_id)
+        except Exception as exc:
+            logger.debug("charter: task %r not restored: %s", task_id, exc)
+            return "unknown"
+
+    def digest(self, step: Step) -> str:
+        """The SHA-256 an approval of `step` is bound to."""
+        return canonical_digest(step.input)
+
+
+def _load_templates(location: str | None) -> Any:
+    if not location:
+        return None
+    templates = _templates_module()
+    return templates.load_templates(location)
+
+
+def _resolve(overrides: Any, integration: str, name: str, args: Any) -> Any:
+    return _templates_module().resolve(integration, name, args, overrides=overrides)
+
+
+def _templates_module() -> Any:
+    try:
+        import charter_templates
+    except ImportError as exc:  # pragma: no cover - every integration depends on it
+        raise ImportError(
+            "tool steps are mapped by charter-templates: pip install charter-templates"
+        ) from exc
+    return charter_templates

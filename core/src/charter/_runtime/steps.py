@@ -1,0 +1,248 @@
+"""Step descriptions and their builders: framework facts at one set of property paths.
+
+Every integration describes a framework event as a `Step` before it is judged. The builders
+put what frameworks know at the same paths whichever framework produced it, so one policy
+file judges the same action the same way under LangChain, LangGraph, CrewAI, LlamaIndex,
+Claude Code or a raw model client:
+
+- ``properties.tool``: ``name``, ``call_id``, ``description`` of a tool call;
+- ``properties.model``: ``name``, ``provider``, ``params`` (request parameters), ``tools``
+  (names offered to the model), and after the call ``usage`` (``input_tokens``,
+  ``output_tokens``, ``total_tokens``) and ``stop_reason``;
+- ``properties.message``: ``role`` of a message step;
+- ``properties.framework``: ``name`` of the integration and the framework's own ids
+  (``run_id``, ``thread_id``, ``node``, ...), which policies may read but rarely need;
+- ``input.messages`` of a model step: ``[{role, content, ...}]`` with role ``system``,
+  ``user``, ``assistant`` or ``tool``, only those new since the model's last turn.
+
+Builders are pure: no I/O, no policy, no clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from charter._model.behavior import ActionKind, Verb, verbs_for
+from charter._model.capture import capture
+
+__all__ = [
+    "ROLES",
+    "Step",
+    "chat_message",
+    "message_step",
+    "model_outcome",
+    "model_step",
+    "new_messages",
+    "node_step",
+    "tool_step",
+    "usage",
+]
+
+ROLES = ("system", "user", "assistant", "tool")
+
+_USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One step as an integration describes it before it is judged.
+
+    `kind` and `verb` are a valid pair (`charter.verbs_for`), `name` the step name (mapped
+    with `charter.step_name_from` when the step is built), `input` the arguments as the
+    framework will pass them, `properties` the facts at the documented paths.
+    """
+
+    kind: str
+    verb: str | None
+    name: str
+    input: dict[str, Any] = field(default_factory=dict)
+    properties: dict[str, Any] = field(default_factory=dict)
+
+    def with_input(self, name: str, input: Mapping[str, Any]) -> Step:
+        """This step with another name and input (a reviewer's edit), the tool's name and
+        properties following the new name."""
+        props = dict(self.properties)
+        tool = props.get("tool")
+        if isinstance(tool, Mapping):
+            props["tool"] = {**tool, "name": name}
+        return Step(self.kind, self.verb, name, dict(input), props)
+
+
+def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": framework}
+    for key, value in (ids or {}).items():
+        if value is not None:
+            out[str(key)] = value if isinstance(value, str | int | bool) else str(value)
+    return out
+
+
+def _group(**values: Any) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if v is not None and v != [] and v != {}}
+
+
+def tool_step(
+    framework: str,
+    name: str,
+    args: Mapping[str, Any] | None,
+    *,
+    kind: str = "step.unknown",
+    verb: str | None = None,
+    properties: Mapping[str, Any] | None = None,
+    call_id: str | None = None,
+    description: str | None = None,
+    ids: Mapping[str, Any] | None = None,
+) -> Step:
+    """A tool call: `kind`, `verb` and `properties` usually come from the templates
+    (`Gate.tool_step` resolves them); input = the arguments."""
+    props = dict(properties or {})
+    tool = dict(props.get("tool") or {}) if isinstance(props.get("tool"), Mapping) else {}
+    tool.update(_group(name=name, call_id=call_id, description=description))
+    props["tool"] = tool
+    props["framework"] = _framework(framework, ids)
+    return Step(kind, verb, name, {str(k): v for k, v in (args or {}).items()}, props)
+
+
+def chat_message(
+    role: str,
+    content: Any,
+    *,
+    name: str | None = None,
+    tool_calls: Sequence[Mapping[str, Any]] = (),
+    tool_call_id: str | None = None,
+    error: bool = False,
+) -> dict[str, Any]:
+    """One model message in the shape every integration records: ``{role, content}`` plus
+    ``name``, ``tool_calls`` (``[{id, name, args}]``), ``tool_call_id`` and ``status`` when
+    known. Refuses (ValueError) a role outside `ROLES`."""
+    if role not in ROLES:
+        raise ValueError(f"message role {role!r} is not one of {', '.join(ROLES)}")
+    out: dict[str, Any] = {"role": role, "content": capture(content)}
+    if name:
+        out["name"] = str(name)
+    if tool_calls:
+        out["tool_calls"] = [
+            _group(id=c.get("id"), name=c.get("name"), args=capture(c.get("args")))
+            for c in tool_calls
+        ]
+    if tool_call_id:
+        out["tool_call_id"] = str(tool_call_id)
+    if error:
+        out["status"] = "error"
+    return out
+
+
+def new_messages(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The messages after the model's last turn (the last ``assistant`` message): what is
+    new to the model in this call; all of them when it has not spoken yet.
+
+    The earlier ones are in the audit trail already (the first call's prompt, the model's
+    outputs, the tool results), so a long run records each message once instead of a
+    growing prefix on every call.
+    """
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].get("role") == "assistant":
+            return list(messages[i + 1 :])
+    return list(messages)
+
+
+def model_step(
+    framework: str,
+    model: str,
+    messages: Sequence[Mapping[str, Any]] = (),
+    *,
+    provider: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    tools: Sequence[str] = (),
+    prompts: Sequence[str] | None = None,
+    ids: Mapping[str, Any] | None = None,
+) -> Step:
+    """A model call: ``step.model`` named after the model. Input: the messages new since
+    the model's last turn (see `new_messages`) and how many it is sent in all, or the
+    `prompts` of a completion model."""
+    if prompts is not None:
+        data: dict[str, Any] = {"prompts": [str(p) for p in prompts]}
+    else:
+        data = {"messages": new_messages(messages), "message_count": len(messages)}
+    props = {
+        "model": _group(
+            name=str(model),
+            provider=provider,
+            params=capture(dict(params)) if params else None,
+            tools=[str(t) for t in tools],
+        ),
+        "framework": _framework(framework, ids),
+    }
+    return Step("step.model", None, str(model), data, props)
+
+
+def usage(
+    input_tokens: Any = None, output_tokens: Any = None, total_tokens: Any = None
+) -> dict[str, int] | None:
+    """Token usage at ``properties.model.usage``: the integer counts given (a total is
+    derived from input and output when missing); None when none is known."""
+    found = {
+        k: v
+        for k, v in zip(_USAGE_KEYS, (input_tokens, output_tokens, total_tokens), strict=True)
+        if type(v) is int and v >= 0
+    }
+    if "total_tokens" not in found and "input_tokens" in found and "output_tokens" in found:
+        found["total_tokens"] = found["input_tokens"] + found["output_tokens"]
+    return found or None
+
+
+def model_outcome(
+    *, usage: Mapping[str, int] | None = None, stop_reason: str | None = None
+) -> dict[str, Any] | None:
+    """The outcome-only properties of a model call (``{"model": {usage, stop_reason}}``),
+    for `Gate.complete(properties=...)`; None when nothing is known."""
+    model = _group(usage=dict(usage) if usage else None, stop_reason=stop_reason or None)
+    return {"model": model} if model else None
+
+
+def message_step(
+    framework: str,
+    verb: str,
+    role: str,
+    content: Any,
+    *,
+    name: str = "message",
+    to: Any = None,
+    ids: Mapping[str, Any] | None = None,
+) -> Step:
+    """A message: ``step.message GET`` for one the agent receives (a user's message is the
+    trusted content `value_provenance` reads), ``POST`` for one it sends (to `to`)."""
+    if verb not in ("GET", "POST"):
+        raise ValueError(f"a message step's verb is GET (received) or POST (sent), not {verb!r}")
+    if role not in ROLES:
+        raise ValueError(f"message role {role!r} is not one of {', '.join(ROLES)}")
+    data: dict[str, Any] = {"content": capture(content)}
+    if to is not None:
+        data["to"] = capture(to)
+    props = {"message": {"role": role}, "framework": _framework(framework, ids)}
+    return Step("step.message", verb, name, data, props)
+
+
+def node_step(
+    framework: str,
+    node: str,
+    input: Any,
+    *,
+    kind: str = "step.unknown",
+    verb: str | None = None,
+    properties: Mapping[str, Any] | None = None,
+    ids: Mapping[str, Any] | None = None,
+) -> Step:
+    """A graph node (or a crew's task): `kind` as mapped by the integration's table,
+    ``step.unknown`` when nothing says what the node does. Refuses (ValueError) an invalid
+    kind/verb pair, naming the pairs the kind takes."""
+    action = ActionKind(kind)
+    allowed = verbs_for(action)
+    if (verb is None and allowed) or (verb is not None and Verb(verb) not in allowed):
+        takes = ", ".join(v.value for v in allowed) or "no verb"
+        raise ValueError(f"{kind} takes {takes}, not {verb!r}")
+    props = dict(properties or {})
+    props["framework"] = _framework(framework, {"node": node, **(ids or {})})
+    data = capture(input)
+    return Step(kind, verb, node, data if isinstance(data, dict) else {"input": data}, props)

@@ -1,0 +1,73 @@
+"""The integration contract: everything a framework integration needs, and nothing more.
+
+An integration translates framework events into `Step` descriptions with the builders here
+(one set of property paths for every framework), asks a `Gate` for a decision before the
+step runs (`Allowed` with the handle to settle, `Blocked` with its reason, or `Pending` for a
+person), and settles the step after it ran. The Gate applies fail mode, the recording rule,
+approvals and task lifecycle the same way for every framework; claims make sure that two
+integrations active on one Governor record each step once, in one task. An integration
+never touches the Runner or the PolicyEngine. The README's "Writing an integration" section
+walks through a whole one.
+"""
+
+from __future__ import annotations
+
+from charter._model.behavior import CLOSING_KINDS
+from charter._runtime.gate import (
+    CLAIM_KEY,
+    Allowed,
+    Answer,
+    Blocked,
+    Claim,
+    Decision,
+    Gate,
+    Pending,
+    RunNotFinishedError,
+    approval_request,
+    claim,
+    current_claim,
+    read_answers,
+    run_task_id,
+)
+from charter._runtime.governor import StepHandle
+from charter._runtime.steps import (
+    ROLES,
+    Step,
+    chat_message,
+    message_step,
+    model_outcome,
+    model_step,
+    new_messages,
+    node_step,
+    tool_step,
+    usage,
+)
+
+__all__ = [
+    "CLAIM_KEY",
+    "CLOSING_KINDS",
+    "ROLES",
+    "Allowed",
+    "Answer",
+    "Blocked",
+    "Claim",
+    "Decision",
+    "Gate",
+    "Pending",
+    "RunNotFinishedError",
+    "Step",
+    "StepHandle",
+    "approval_request",
+    "chat_message",
+    "claim",
+    "current_claim",
+    "message_step",
+    "model_outcome",
+    "model_step",
+    "new_messages",
+    "node_step",
+    "read_answers",
+    "run_task_id",
+    "tool_step",
+    "usage",
+]
