@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
@@ -606,6 +607,22 @@ class Gate:
         except Exception as exc:
             logger.debug("charter: task %r not restored: %s", task_id, exc)
             return "unknown"
+
+    def reopen(self, intent: Behavior | Mapping[str, Any]) -> StepHandle:
+        """The handle of an intent allowed in another process (Claude Code's PreToolUse and
+        PostToolUse run in two), so its outcome is recorded here, paired with it; its
+        ``meta["charter.eval"]`` travels on. The task must be known here (`resume_task`).
+        Refuses what `Runner.restore_intent` refuses (an unknown task, a step that ran)."""
+        b = intent if isinstance(intent, Behavior) else Behavior.from_dict(dict(intent))
+        runner = self.governor.runner
+        if b.action_id is None or runner.engine.open_intent(b.task_id, b.action_id) is None:
+            runner.restore_intent(b)
+        verdict = b.meta.get("charter.eval")
+        reason = verdict.get("reason") if isinstance(verdict, Mapping) else None
+        result = EvalResult(
+            EngineDecision.ALLOW, 0.0, (), b.action_id, None, str(reason or "allowed")
+        )
+        return StepHandle(self.governor, b, result)
 
     def digest(self, step: Step) -> str:
         """The SHA-256 an approval of `step` is bound to."""
