@@ -247,9 +247,12 @@ def test_an_edit_of_the_arguments_runs_the_edited_call(
     assert mails == [("all@example.com", "blocked"), ("team@example.com", "ok")]
 
 
-def test_parallel_asks_pause_once_each_and_resume_by_id(
-    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str]
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke"])
+def test_two_asks_in_one_turn_pause_once_and_take_one_decision_each(
+    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str], mode: str
 ) -> None:
+    """HumanInTheLoopMiddleware's contract: one interrupt lists every pending action of the
+    turn, and ``{"decisions": [...]}`` answers them in order."""
     gov, audit = make_governor([h.ask("mail-ask", step_names=["send_email"])])
     agent = _agent(
         h,
@@ -263,30 +266,50 @@ def test_parallel_asks_pause_once_each_and_resume_by_id(
         h.ai(text="ok"),
         names=["send_email", "get_weather"],
     )
-    session = Session(agent, "invoke")
+    session = Session(agent, mode)
     paused = session.start()
-    assert ran == Counter({"get_weather": 1})  # the sibling that needs no approval ran
-    pending = paused["__interrupt__"]
-    assert len(pending) == 2
-    # One unkeyed answer for two pending approvals is refused by LangGraph: nothing runs.
-    with pytest.raises(Exception, match="multiple pending interrupts"):
-        session.resume({"decisions": [{"type": "approve"}]})
-    answers = {
-        p.id: {
-            "decisions": [
-                {
-                    "type": "approve"
-                    if p.value["action_requests"][0]["args"]["to"] == "a@example.com"
-                    else "reject"
-                }
-            ]
-        }
-        for p in pending
-    }
-    session.resume(answers)
+    assert ran == Counter()  # the turn waits for its reviewer before any call runs
+    (pending,) = paused["__interrupt__"]
+    actions = pending.value["action_requests"]
+    assert [(a["name"], a["args"]["to"]) for a in actions] == [
+        ("send_email", "a@example.com"),
+        ("send_email", "b@example.com"),
+    ]
+    assert [c["allowed_decisions"] for c in pending.value["review_configs"]] == [
+        ["approve", "edit", "reject"]
+    ] * 2
+    done = session.resume({"decisions": [{"type": "approve"}, {"type": "reject"}]})
     assert ran == Counter({"get_weather": 1, "send_email": 1})
+    assert done["messages"][-1].content == "ok"
     mails = sorted((s["input"]["to"], audit.outcome(s)) for s in audit.steps("step.message"))
     assert mails == [("a@example.com", "ok"), ("b@example.com", "blocked")]
+    gates = [g["output"]["decision"] for g in audit.steps("step.gate")]
+    assert sorted(gates) == ["deny", "pass"]  # each answer recorded once
+    audit.verify()
+
+
+def test_too_few_decisions_for_a_turn_reject_every_call(
+    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str]
+) -> None:
+    gov, audit = make_governor([h.ask("mail-ask", step_names=["send_email"])])
+    agent = _agent(
+        h,
+        gov,
+        tools,
+        h.ai(
+            h.call("send_email", to="a@example.com", body="x"),
+            h.call("send_email", to="b@example.com", body="y"),
+        ),
+        h.ai(text="ok"),
+        names=["send_email"],
+    )
+    session = Session(agent, "invoke")
+    session.start()
+    done = session.resume({"decisions": [{"type": "approve"}]})
+    assert ran == Counter()
+    refusals = [m.content for m in done["messages"] if m.type == "tool"]
+    assert len(refusals) == 2 and all("expected 2 decision(s)" in r for r in refusals)
+    assert [audit.outcome(s) for s in audit.steps("step.message")] == ["blocked", "blocked"]
     audit.verify()
 
 

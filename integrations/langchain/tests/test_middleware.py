@@ -279,20 +279,21 @@ def test_approver_mode_uses_the_governors_approver(
     assert gate["output"] == {"decision": "pass", "by": "ops", "why": "fine"}
 
 
+@pytest.mark.allow_internal_errors
 def test_an_error_inside_charter_blocks_the_call(
     h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str], monkeypatch: Any
 ) -> None:
     gov, _ = make_governor()
     model = h.scripted(h.ai(h.call("delete_file", path="/tmp/x")), h.ai(text="done"))
     agent = create_agent(model, [tools["delete_file"]], middleware=[CharterMiddleware(gov)])
-    real = gov.begin_step
+    real = gov.build_step
 
     def broken(*args: Any, **kwargs: Any) -> Any:
-        if kwargs.get("kind") == "step.model":
+        if args and args[0] == "step.model":
             return real(*args, **kwargs)
         raise RuntimeError("engine exploded")
 
-    monkeypatch.setattr(gov, "begin_step", broken)
+    monkeypatch.setattr(gov, "build_step", broken)
     result = _run(agent)
     assert ran["delete_file"] == 0
     assert "could not judge" in result["messages"][2].content

@@ -25,6 +25,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -413,7 +414,7 @@ class Gate:
         except BlockedError as exc:
             return Blocked(step, exc.reason, exc.result)
         except Exception as exc:
-            return self._undecided(step, exc)
+            return self.undecided(step, exc)
         return self._decided(step, task_id, b, got, call_id)
 
     async def adecide(
@@ -426,8 +427,31 @@ class Gate:
         except BlockedError as exc:
             return Blocked(step, exc.reason, exc.result)
         except Exception as exc:
-            return self._undecided(step, exc)
+            return self.undecided(step, exc)
         return self._decided(step, task_id, b, got, call_id)
+
+    def pending(self, step: Step, task_id: str, *, call_id: str | None = None) -> Pending | None:
+        """The approval `step` would need if it ran now: `Pending` when a policy asks and no
+        answer for this step and input is on record, else None. Records and registers
+        nothing, so a framework can collect every approval a turn needs into one request
+        before any call runs; the step is judged for real by `decide` when it runs. Never
+        raises (None on error: `decide` then fails closed)."""
+        try:
+            runner = self.governor.runner
+            if not any(p.action == "ask" for p in runner.engine.policies):
+                return None
+            b = self._behavior(step, task_id)
+            if self.governor._has_approval(b):
+                return None
+            result = runner.preview(b)
+            if result.decision is not EngineDecision.ASK:
+                return None
+            request = ApprovalRequest(b, result.violations, result.reason, result)
+        except Exception as exc:
+            logger.debug("charter: no approval preview for %r: %s", step.name, exc)
+            return None
+        decided = self._decided(step, task_id, b, request, call_id)
+        return decided if isinstance(decided, Pending) else None
 
     def _behavior(self, step: Step, task_id: str) -> Behavior:
         return self.governor.build_step(
@@ -455,7 +479,10 @@ class Gate:
             return Pending(step, task_id, got, cid if isinstance(cid, str) else None)
         return Allowed(StepHandle(self.governor, b, got), got.reason, got)
 
-    def _undecided(self, step: Step, exc: BaseException) -> Decision:
+    def undecided(self, step: Step, exc: BaseException) -> Allowed | Blocked:
+        """The decision on `step` when Charter could not judge it because of `exc` (the one
+        fail-mode rule; see the module docstring). For integrations whose own translation
+        failed before `decide` could be called. Reports `exc` as an internal error."""
         why = (
             f"Charter could not judge {step.kind} {step.name!r} "
             f"({type(exc).__name__}: {_line(str(exc))[:_REASON_MAX]})"
@@ -469,8 +496,9 @@ class Gate:
 
     def answer(self, pending: Pending, answer: Answer) -> Step:
         """Record a reviewer's answer on `pending` as a step.gate bound to its input; returns
-        the step to decide again: the same one, or the reviewer's edit (judged again before
-        it runs: the edit is approved for its own input, the original is denied).
+        the step to decide again: the same one, or the reviewer's edit. An edit denies the
+        original (recorded as blocked: it never runs) and is a new call, judged from scratch
+        before it runs (another tool's policy may block it or ask about it again).
 
         Raises what recording raises (an approval that is not on record must not let the
         step run; the next `decide` then asks again or fails closed).
@@ -478,10 +506,14 @@ class Gate:
         gov = self.governor
         if answer.kind == "edit" and answer.edited is not None:
             gov.record_approval(pending.task_id, pending.request, False, answer.by, answer.why)
-            edited = pending.step.with_input(*answer.edited)
-            intent = self._behavior(edited, pending.task_id)
-            gov.record_approval(pending.task_id, intent, True, answer.by, answer.why)
-            return edited
+            # The replaced call never runs: recorded as blocked by the reviewer's answer.
+            replaced = self.decide(pending.step, pending.task_id, pause=True)
+            if isinstance(replaced, Allowed):  # no policy asks any more: still never runs
+                self.abandon(replaced.handle)
+            name, args = answer.edited
+            if name == pending.step.name:
+                return pending.step.with_input(name, args)
+            return self.tool_step(name, args, call_id=pending.call_id)
         approved = answer.kind == "approve"
         gov.record_approval(pending.task_id, pending.request, approved, answer.by, answer.why)
         return pending.step
@@ -551,7 +583,7 @@ class Gate:
         except BlockedError as exc:
             return Blocked(Step("task.start", None, name), exc.reason, exc.result)
         except Exception as exc:
-            decision = self._undecided(Step("task.start", None, name), exc)
+            decision = self.undecided(Step("task.start", None, name), exc)
             if isinstance(decision, Blocked):
                 return decision
             raise
@@ -574,6 +606,15 @@ class Gate:
     ) -> None:
         """`end_task` for async code (waits for the store off the event loop)."""
         await asyncio.to_thread(self.end_task, task_id, error, output)
+
+    def run_task_id(self, thread_id: Any, run: int) -> str:
+        """The task id of a thread's `run`-th run (`run_task_id`), made unique with a random
+        suffix when this process already knows that id (a thread reused without a
+        checkpointer keeps no run count)."""
+        task_id = run_task_id(thread_id, run)
+        if self.task_state(task_id) != "unknown":
+            task_id = task_id_from(f"{task_id}:{uuid.uuid4().hex[:12]}")
+        return task_id
 
     def supersede(self, task_id: str, why: str = "a new run of its thread started") -> None:
         """Close a run that never reached its end: task.error with RunNotFinishedError."""

@@ -672,6 +672,11 @@ class Governor:
         recorded = self.runner.record(gate)
         return recorded, _Gate(approval.approved, str(approval.by), str(approval.why), recorded.seq)
 
+    def _has_approval(self, b: Behavior) -> bool:
+        key = (b.task_id, b.step_name, ApprovalRequest(b, (), "").digest)
+        with self._lock:
+            return bool(self._approvals.get(key))
+
     def _take_approval(self, b: Behavior) -> _Gate | None:
         key = (b.task_id, b.step_name, ApprovalRequest(b, (), "").digest)
         with self._lock:

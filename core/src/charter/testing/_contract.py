@@ -129,7 +129,12 @@ class IntegrationContract:
 
     @staticmethod
     def _probes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [r for r in records if r.get("step_name") == CONTRACT_TOOL]
+        # Steps only: a framework may name a task after its root run (the tool itself).
+        return [
+            r
+            for r in records
+            if r.get("step_name") == CONTRACT_TOOL and not str(r.get("kind")).startswith("task.")
+        ]
 
     # -- the contracts --------------------------------------------------------------------
 

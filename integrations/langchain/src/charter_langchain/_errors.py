@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import charter
+import charter.integration as ci
 
 
 class BlockedStepError(charter.BlockedError):
@@ -15,24 +14,9 @@ class BlockedStepError(charter.BlockedError):
     (None when Charter could not evaluate at all), `step_name` and `kind` name the step.
     """
 
-    def __init__(
-        self,
-        reason: str,
-        result: charter.EvalResult | None = None,
-        *,
-        step_name: str = "",
-        kind: str = "",
-    ) -> None:
-        super().__init__(reason, result)
-        self.step_name = step_name
-        self.kind = kind
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Exceptions cross process and thread-pool boundaries in LangGraph; keep the fields.
-        return (_rebuild, (self.reason, self.result, self.step_name, self.kind))
-
-
-def _rebuild(
-    reason: str, result: charter.EvalResult | None, step_name: str, kind: str
-) -> BlockedStepError:
-    return BlockedStepError(reason, result, step_name=step_name, kind=kind)
+def blocked_error(decision: ci.Blocked) -> BlockedStepError:
+    """The exception for a `Blocked` decision."""
+    return BlockedStepError(
+        decision.reason, decision.result, decision.step.name, decision.step.kind
+    )

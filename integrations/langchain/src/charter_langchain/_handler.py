@@ -19,21 +19,20 @@ middleware governs entirely leaves no second task), and closed when the root run
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
 import charter
+import charter.integration as ci
 from charter import report_internal_error
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import ToolException
 
-from ._claims import Claim, current_claim
-from ._errors import BlockedStepError
-from ._gate import Gate, _cannot_judge
+from ._errors import blocked_error
 from ._translate import (
-    StepSpec,
+    FRAMEWORK,
     callback_model_identity,
     documents_outcome,
     jsonish,
@@ -92,7 +91,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
         approver: Any = None,
         **settings: Any,
     ) -> None:
-        self._gate = Gate(governor, settings, approver)
+        self._gate = ci.Gate(FRAMEWORK, governor=governor, approver=approver, **settings)
         self.governor: charter.Governor = self._gate.governor
         self.chains = bool(chains)
         self._lock = threading.Lock()
@@ -124,49 +123,60 @@ class CharterCallbackHandler(BaseCallbackHandler):
             self._runs[run_id] = run
         return run, is_root
 
-    def _task_for(self, root: _Root, claim: Claim | None) -> str:
+    def _task_for(self, root: _Root, claim: ci.Claim | None) -> str:
         if claim is not None and claim.governor is self.governor:
-            # Nested inside a call the middleware governs with this same Governor: one task.
+            # Nested inside a step another integration governs with this Governor: one task.
             return claim.task_id
         with root.lock:
             if root.task_id is None:
-                root.task_id = self._gate.start_task(
+                started = self._gate.start_task(
                     str(root.run_id), root.name, _root_input(root.inputs)
                 )
+                if isinstance(started, ci.Blocked):
+                    raise blocked_error(started)
+                root.task_id = started
             return root.task_id
 
     def _start(
         self,
         run_id: UUID,
         parent_run_id: UUID | None,
-        spec: StepSpec,
+        build: Callable[[dict[str, Any]], ci.Step],
         claim_kind: str,
+        name: str,
         call_id: str | None = None,
         *,
-        root_name: str | None = None,
         root_inputs: Any = None,
     ) -> None:
-        run, is_root = self._register(run_id, parent_run_id, root_name or spec.name, root_inputs)
+        """Gate the run `build(ids)` describes, unless another integration claimed it.
+
+        Raises BlockedStepError when the step may not run (LangChain then fails the run
+        with it and the step never starts)."""
+        run, is_root = self._register(run_id, parent_run_id, name, root_inputs)
+        ids = {"run_id": str(run_id), "parent_run_id": str(parent_run_id or "") or None}
         try:
-            claim = current_claim()
-            if claim is not None and claim.take(claim_kind, call_id, spec.name):
-                return  # the agent middleware gates and records this call
-            props = dict(spec.properties)
-            props["langchain"] = {
-                "run_id": str(run_id),
-                **({"parent_run_id": str(parent_run_id)} if parent_run_id else {}),
-            }
-            spec = StepSpec(spec.kind, spec.verb, spec.name, spec.input, props)
-            run.handle = self._gate.begin(spec, self._task_for(run.root, claim))
-            run.governed = True
+            claim = ci.current_claim()
+            if claim is not None and claim.take(claim_kind, call_id, name):
+                return  # the integration that claimed this call gates and records it
+            try:
+                step = build(ids)
+            except Exception as exc:
+                decision: ci.Decision = self._gate.undecided(
+                    ci.Step("step.unknown", None, name), exc
+                )
+            else:
+                decision = self._gate.decide(step, self._task_for(run.root, claim))
+            if isinstance(decision, ci.Allowed):
+                run.handle = decision.handle
+                run.governed = True
+                return
+            assert isinstance(decision, ci.Blocked)  # without pause the approver answers
+            raise blocked_error(decision)
         except BaseException as exc:
-            blocked = exc if isinstance(exc, BlockedStepError) else _cannot_judge(spec, exc)
             if is_root:
                 # No end event follows a refused start: close the run's task here.
-                self._finish_root(run.root, error=blocked)
-            if blocked is exc:
-                raise
-            raise blocked from exc
+                self._finish_root(run.root, error=exc)
+            raise
 
     def _end(
         self,
@@ -184,11 +194,10 @@ class CharterCallbackHandler(BaseCallbackHandler):
             if run is None:
                 return
             handle, run.handle = run.handle, None
-            if handle is not None:
-                if failure is not None:
-                    self._gate.fail(handle, failure)
-                else:
-                    self._gate.complete(handle, output, model)
+            if failure is not None:
+                self._gate.fail(handle, failure)
+            else:
+                self._gate.complete(handle, output, properties=model)
             if run.root.run_id == run_id:
                 self._finish_root(run.root, error=run_error, output=output)
         except Exception as exc:
@@ -225,7 +234,13 @@ class CharterCallbackHandler(BaseCallbackHandler):
             self._register(run_id, parent_run_id, name, inputs)
             return
         args = dict(inputs) if isinstance(inputs, Mapping) else {"input": inputs}
-        self._start(run_id, parent_run_id, self._gate.templates.tool(name, args), "chain")
+        self._start(
+            run_id,
+            parent_run_id,
+            lambda ids: self._gate.tool_step(name, args, ids=ids),
+            "chain",
+            name,
+        )
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
         self._end(run_id, output=outputs)
@@ -248,13 +263,18 @@ class CharterCallbackHandler(BaseCallbackHandler):
     ) -> None:
         name, provider = callback_model_identity(serialized, metadata, kwargs)
         params = kwargs.get("invocation_params") or {}
-        spec = model_step(
-            name,
-            provider,
-            messages[0] if messages else [],
-            tools=tool_names(params.get("tools")),
-        )
-        self._start(run_id, parent_run_id, spec, "model", root_inputs={"messages": messages})
+
+        def build(ids: dict[str, Any]) -> ci.Step:
+            return model_step(
+                name,
+                provider,
+                messages[0] if messages else [],
+                tools=tool_names(params.get("tools")),
+                params=params,
+                ids=ids,
+            )
+
+        self._start(run_id, parent_run_id, build, "model", name, root_inputs={"messages": messages})
 
     def on_llm_start(
         self,
@@ -268,15 +288,21 @@ class CharterCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name, provider = callback_model_identity(serialized, metadata, kwargs)
-        spec = prompt_step(name, provider, prompts)
-        self._start(run_id, parent_run_id, spec, "model", root_inputs={"prompts": prompts})
+        self._start(
+            run_id,
+            parent_run_id,
+            lambda ids: prompt_step(name, provider, prompts, ids),
+            "model",
+            name,
+            root_inputs={"prompts": prompts},
+        )
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
         try:
             output, model = llm_result_outcome(response)
         except Exception as exc:
             report_internal_error(exc, "langchain: a model's output")
-            output, model = {}, {}
+            output, model = {}, None
         self._end(run_id, output=output, model=model)
 
     def on_llm_error(self, error: BaseException, *, run_id: UUID, **kwargs: Any) -> None:
@@ -299,11 +325,16 @@ class CharterCallbackHandler(BaseCallbackHandler):
         name = str((serialized or {}).get("name") or kwargs.get("name") or "tool")
         call_id = kwargs.get("tool_call_id")
         call_id = str(call_id) if call_id else None
-        try:
-            spec = self._gate.templates.tool(name, tool_args(inputs, input_str), call_id)
-        except Exception as exc:
-            raise _cannot_judge(StepSpec("step.unknown", None, name, {}), exc) from exc
-        self._start(run_id, parent_run_id, spec, "tool", call_id, root_inputs=spec.input)
+        args = tool_args(inputs, input_str)
+        self._start(
+            run_id,
+            parent_run_id,
+            lambda ids: self._gate.tool_step(name, args, call_id=call_id, ids=ids),
+            "tool",
+            name,
+            call_id,
+            root_inputs=args,
+        )
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
         try:
@@ -334,8 +365,14 @@ class CharterCallbackHandler(BaseCallbackHandler):
         **kwargs: Any,
     ) -> None:
         name = str(kwargs.get("name") or (serialized or {}).get("name") or "retriever")
-        spec = retriever_step(name, query)
-        self._start(run_id, parent_run_id, spec, "retriever", root_inputs={"query": query})
+        self._start(
+            run_id,
+            parent_run_id,
+            lambda ids: retriever_step(name, query, ids),
+            "retriever",
+            name,
+            root_inputs={"query": query},
+        )
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:
         try:

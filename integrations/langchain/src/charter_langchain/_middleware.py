@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NotRequired
 
 import charter
+import charter.integration as ci
 from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain.agents.middleware.types import PrivateStateAttr
 from langchain_core.messages import AIMessage, ToolMessage
@@ -28,12 +27,9 @@ from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from ._approval import Answer, approval_request, read_answer
-from ._claims import Claim, claimed
-from ._errors import BlockedStepError
-from ._gate import Gate, RunNotFinishedError, _cannot_judge
+from ._errors import BlockedStepError, blocked_error
 from ._translate import (
-    StepSpec,
+    FRAMEWORK,
     jsonish,
     message_json,
     model_identity,
@@ -49,6 +45,7 @@ _NO_TASK = (
     "blocked: no Charter task is open for this agent run (CharterMiddleware.before_agent did "
     "not run, or the task was closed); governance fails closed"
 )
+_REVIEWER = "human (LangGraph interrupt)"
 
 
 class CharterState(AgentState):  # type: ignore[type-arg]
@@ -60,15 +57,6 @@ class CharterState(AgentState):  # type: ignore[type-arg]
 
     charter_task_id: NotRequired[Annotated[str | None, PrivateStateAttr]]
     charter_runs: NotRequired[Annotated[int, PrivateStateAttr]]
-
-
-@dataclass(slots=True)
-class _Admitted:
-    """A call allowed to run: its handle, and its spec when a reviewer edited it."""
-
-    handle: charter.StepHandle
-    spec: StepSpec
-    edited: bool
 
 
 class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
@@ -85,12 +73,15 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
       AIMessage saying why; with ``on_block="raise"`` a `BlockedStepError` is raised and the
       task is closed with task.error.
     - Ask: with ``approval="interrupt"`` (default) the run pauses with LangGraph's
-      `interrupt` (the agent needs a checkpointer) carrying a HumanInTheLoopMiddleware-style
-      ``{"action_requests": [...], "review_configs": [...]}`` and resumes with
-      ``Command(resume={"decisions": [{"type": "approve" | "edit" | "reject", ...}]})``. The
+      `interrupt` (the agent needs a checkpointer) once per model turn, right after the
+      model asked for its tool calls, carrying a HumanInTheLoopMiddleware-style
+      ``{"action_requests": [...], "review_configs": [...]}`` that lists every call of the
+      turn a policy asks about; it resumes with ``Command(resume={"decisions": [one per
+      action, in order]})``, each ``{"type": "approve" | "edit" | "reject", ...}``. Each
       answer is recorded as a step.gate bound to the digest of the call's arguments; an
-      edited call is judged again from scratch before it runs (and may ask again). With
-      ``approval="approver"`` the Governor's approver decides instead, without pausing.
+      edited call is judged again from scratch before it runs (and may ask again, then on
+      its own). With ``approval="approver"`` the Governor's approver decides instead,
+      without pausing.
     - Warn: the call runs; the warning is recorded with it.
 
     Build it from a `governor`, or from `charter.Governor` setting keywords plus an optional
@@ -114,172 +105,162 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if approval not in ("interrupt", "approver"):
             raise ValueError(f"approval={approval!r}: use 'interrupt' or 'approver'")
         super().__init__()
-        self._gate = Gate(governor, settings, approver)
+        self._gate = ci.Gate(FRAMEWORK, governor=governor, approver=approver, **settings)
         self.governor: charter.Governor = self._gate.governor
         self.on_block = on_block
         self.approval = approval
         self._tools: dict[str, Any] = {}
+        # Tool calls a reviewer replaced, by call id: the tool result tells the model so.
+        self._edited: dict[str, ci.Step] = {}
 
     # -- the task -----------------------------------------------------------------------------
 
     def _open(self, state: Any) -> dict[str, Any]:
         config = get_config()
-        configurable = config.get("configurable") or {}
-        thread = configurable.get("thread_id")
+        thread = (config.get("configurable") or {}).get("thread_id")
         runs = int(_get(state, _RUNS_KEY) or 0) + 1
         previous = _get(state, _TASK_KEY)
-        if previous and self._gate.task_state(previous) == "open":
-            self._gate.end_task(
+        if previous:
+            self._gate.supersede(
                 previous,
-                error=RunNotFinishedError(
-                    "the agent run stopped before its end (an error, or a new run on the "
-                    "thread instead of a resume)"
-                ),
+                "the agent run stopped before its end (an error, or a new run on "
+                "the thread instead of a resume)",
             )
-        if thread is None:
-            task_id: str | None = None
-        else:
-            base = charter.task_id_from(str(thread))
-            task_id = base if runs == 1 else charter.task_id_from(f"{base}:{runs}")
-            if self._gate.task_state(task_id) != "unknown":
-                # The id is taken (a thread reused without a checkpointer): stay unique.
-                task_id = charter.task_id_from(f"{base}:{uuid.uuid4().hex[:12]}")
+        task_id = self._gate.run_task_id(thread, runs) if thread is not None else None
         name = (config.get("metadata") or {}).get("lc_agent_name") or "agent"
         messages = _get(state, "messages") or []
         start_input = {"message": message_json(messages[-1])} if messages else None
-        try:
-            tid = self._gate.start_task(task_id, str(name), start_input)
-        except BlockedStepError as exc:
+        started = self._gate.start_task(task_id, str(name), start_input)
+        if isinstance(started, ci.Blocked):
             if self.on_block == "raise":
-                raise
+                raise blocked_error(started)
             return {
-                "messages": [AIMessage(content=exc.reason)],
+                "messages": [AIMessage(content=started.reason)],
                 "jump_to": "end",
                 _TASK_KEY: None,
                 _RUNS_KEY: runs,
             }
-        return {_TASK_KEY: tid, _RUNS_KEY: runs}
+        return {_TASK_KEY: started, _RUNS_KEY: runs}
 
     @hook_config(can_jump_to=["end"])
     def before_agent(self, state: CharterState, runtime: Any) -> dict[str, Any] | None:
-        """Open this run's task (see the class docstring for its id)."""
+        """Open this run's task: the n-th run on a thread is ``charter.integration.
+        run_task_id(thread_id, n)``; without a thread id a fresh id."""
         return self._open(state)
 
     @hook_config(can_jump_to=["end"])
     async def abefore_agent(self, state: CharterState, runtime: Any) -> dict[str, Any] | None:
         """`before_agent` for async runs."""
-        if self._gate._sync_durability():
+        if self._gate.sync_durability:
             return await asyncio.to_thread(self._open, state)
         return self._open(state)
 
-    def _output(self, state: Any) -> Any:
-        messages = _get(state, "messages") or []
-        return {"message": message_json(messages[-1])} if messages else None
+    def _close(self, state: Any) -> dict[str, Any]:
+        task_id = _get(state, _TASK_KEY)
+        if task_id:
+            messages = _get(state, "messages") or []
+            output = {"message": message_json(messages[-1])} if messages else None
+            self._gate.resume_task(task_id)
+            self._gate.end_task(task_id, output=output)
+        return {_TASK_KEY: None}
 
     def after_agent(self, state: CharterState, runtime: Any) -> dict[str, Any] | None:
         """Close this run's task with task.end."""
-        task_id = _get(state, _TASK_KEY)
-        if task_id:
-            self._gate.restore(task_id)
-            self._gate.end_task(task_id, output=self._output(state))
-        return {_TASK_KEY: None}
+        return self._close(state)
 
     async def aafter_agent(self, state: CharterState, runtime: Any) -> dict[str, Any] | None:
         """`after_agent` for async runs."""
+        return await asyncio.to_thread(self._close, state)
+
+    # -- one review per turn ------------------------------------------------------------------
+
+    def _review_turn(self, state: Any) -> dict[str, Any] | None:
+        """Pause once for every tool call of the model's turn that a policy asks about;
+        record the answers, and put the reviewers' edits into the model's message."""
         task_id = _get(state, _TASK_KEY)
-        if task_id:
-            self._gate.restore(task_id)
-            await self._gate.aend_task(task_id, output=self._output(state))
-        return {_TASK_KEY: None}
-
-    # -- admission: gate, and ask through interrupt -------------------------------------------
-
-    def _ask(self, spec: StepSpec, task_id: str, tool_call_id: str | None) -> Answer | None:
-        """None when no approval is needed; else the reviewer's answer (pauses the run)."""
-        if not self._gate.may_ask(spec):
+        messages = _get(state, "messages") or []
+        last = messages[-1] if messages else None
+        calls = getattr(last, "tool_calls", None)
+        if self.approval != "interrupt" or not task_id or not calls:
             return None
-        result = self._gate.preview(spec, task_id)
-        if result.decision is not charter.Decision.ASK:
-            return None
-        request = approval_request(spec, result, tool_call_id)
-        # The first time through this raises GraphInterrupt and the run pauses; when the
-        # run resumes, the node runs again from its start and this returns the answer.
-        return read_answer(interrupt(request), spec, editable=tool_call_id is not None)
-
-    def _review(
-        self, spec: StepSpec, task_id: str, call: Mapping[str, Any] | None
-    ) -> tuple[StepSpec, list[tuple[StepSpec, Answer]], Answer | None]:
-        """Ask until the call needs no (more) approval: (the call to gate, the calls a
-        reviewer replaced with their answers, the answer on the final call)."""
-        replaced: list[tuple[StepSpec, Answer]] = []
-        call_id = str(call.get("id") or "") if call is not None else None
-        while True:
-            answer = self._ask(spec, task_id, call_id)
-            if answer is None or answer.kind != "edit":
-                return spec, replaced, answer
-            replaced.append((spec, answer))
-            assert answer.edited is not None
-            # The edit is a new call: judged from scratch (another tool may need approval).
-            name, args = answer.edited
-            spec = self._gate.templates.tool(name, args, call_id)
-
-    def _settle_answers(
-        self,
-        task_id: str,
-        replaced: list[tuple[StepSpec, Answer]],
-        final: StepSpec,
-        answer: Answer | None,
-    ) -> None:
-        # Recorded only once every answer is in: a node paused by a later interrupt runs
-        # again from its start on resume, and must not record the earlier answers twice.
-        for old, ans in replaced:
-            self._gate.record_answer(old, task_id, False, ans.by, ans.why or "edited")
-            try:
-                handle = self._gate.begin(old, task_id)
-            except BlockedStepError:
-                continue  # recorded as blocked: the reviewer replaced it, it never runs
-            self._gate.abandon(handle)
-        if answer is not None:
-            self._gate.record_answer(
-                final, task_id, answer.kind == "approve", answer.by, answer.why
+        self._gate.resume_task(task_id)
+        pending = [
+            p
+            for p in (
+                self._gate.pending(self._tool_step(c), task_id, call_id=_id(c)) for c in calls
             )
+            if p is not None
+        ]
+        if not pending:
+            return None
+        # The first time through this raises GraphInterrupt and the run pauses; when the
+        # run resumes, this node runs again from its start and `interrupt` returns the
+        # answers. Nothing was recorded before it, so nothing is recorded twice.
+        raw = interrupt(ci.approval_request(pending))
+        answers = ci.read_answers(raw, pending, default_by=_REVIEWER)
+        edits: dict[str, ci.Step] = {}
+        for item, answer in zip(pending, answers, strict=True):
+            step = self._gate.answer(item, answer)
+            if answer.kind == "edit" and item.call_id is not None:
+                edits[item.call_id] = step
+        if not edits:
+            return None
+        self._edited.update(edits)
+        rewritten = [
+            {**c, "name": edits[_id(c)].name, "args": dict(edits[_id(c)].input)}
+            if _id(c) in edits
+            else c
+            for c in calls
+        ]
+        return {"messages": [last.model_copy(update={"tool_calls": rewritten})]}
 
-    def _admit(self, spec: StepSpec, task_id: str, call: Mapping[str, Any] | None) -> _Admitted:
-        """Gate `spec` (asking through interrupt if a policy asks); raises BlockedStepError."""
+    def after_model(self, state: CharterState, runtime: Any) -> dict[str, Any] | None:
+        """Ask, in one interrupt, about every tool call of this turn a policy asks about."""
+        return self._review_turn(state)
+
+    async def aafter_model(self, state: CharterState, runtime: Any) -> dict[str, Any] | None:
+        """`after_model` for async runs."""
+        if self._gate.sync_durability:
+            return await asyncio.to_thread(self._review_turn, state)
+        return self._review_turn(state)
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def _admit(self, step: ci.Step, task_id: str) -> ci.Allowed | ci.Blocked:
+        """Decide `step`; a policy that still asks (a call the turn's review did not see,
+        such as a reviewer's edit) pauses on its own."""
+        pause = self.approval == "interrupt"
+        decision = self._gate.decide(step, task_id, pause=pause)
+        while isinstance(decision, ci.Pending):
+            raw = interrupt(ci.approval_request([decision]))
+            (answer,) = ci.read_answers(raw, [decision], default_by=_REVIEWER)
+            step = self._gate.answer(decision, answer)
+            decision = self._gate.decide(step, task_id, pause=True)
+        return decision
+
+    async def _aadmit(self, step: ci.Step, task_id: str) -> ci.Allowed | ci.Blocked:
         if self.approval == "approver":
-            return _Admitted(self._gate.begin(spec, task_id), spec, False)
-        final, replaced, answer = self._review(spec, task_id, call)
-        self._settle_answers(task_id, replaced, final, answer)
-        return _Admitted(self._gate.begin(final, task_id), final, bool(replaced))
+            decision = await self._gate.adecide(step, task_id)
+            assert not isinstance(decision, ci.Pending)  # the approver answers asks
+            return decision
+        if self._gate.sync_durability:
+            return await asyncio.to_thread(self._admit, step, task_id)
+        return self._admit(step, task_id)
 
-    async def _aadmit(
-        self, spec: StepSpec, task_id: str, call: Mapping[str, Any] | None
-    ) -> _Admitted:
-        if self.approval == "approver":
-            return _Admitted(await self._gate.abegin(spec, task_id), spec, False)
-        final, replaced, answer = self._review(spec, task_id, call)
-        if self._gate._sync_durability():
-            await asyncio.to_thread(self._settle_answers, task_id, replaced, final, answer)
-        else:
-            self._settle_answers(task_id, replaced, final, answer)
-        return _Admitted(await self._gate.abegin(final, task_id), final, bool(replaced))
-
-    def _refused(self, task_id: str | None, blocked: BlockedStepError) -> None:
-        """In raise mode: close the task with the block and raise it."""
+    def _refused(self, task_id: str | None, decision: ci.Decision) -> BlockedStepError:
+        """The refusal to hand the agent; in raise mode the task is closed with it and it is
+        raised instead."""
+        assert isinstance(decision, ci.Blocked)  # `_admit` settles every ask
+        blocked = blocked_error(decision)
         if self.on_block == "raise":
             if task_id:
                 self._gate.end_task(task_id, error=blocked)
             raise blocked
-
-    async def _arefused(self, task_id: str | None, blocked: BlockedStepError) -> None:
-        if self.on_block == "raise":
-            if task_id:
-                await self._gate.aend_task(task_id, error=blocked)
-            raise blocked
+        return blocked
 
     # -- model calls --------------------------------------------------------------------------
 
-    def _model_spec(self, request: Any) -> StepSpec:
+    def _model_step(self, request: Any) -> ci.Step:
         for tool in request.tools or ():
             if isinstance(getattr(tool, "name", None), str):
                 self._tools[tool.name] = tool
@@ -288,33 +269,33 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         system = getattr(request, "system_message", None)
         if system is not None:
             messages.insert(0, system)
-        return model_step(name, provider, messages, tools=tool_names(request.tools))
+        return model_step(
+            name,
+            provider,
+            messages,
+            tools=tool_names(request.tools),
+            params=getattr(request, "model_settings", None),
+        )
 
-    def _model_refusal(self, blocked: BlockedStepError) -> AIMessage:
-        # No tool calls: the agent loop ends here, with the reason as the last message.
-        return AIMessage(content=blocked.reason, response_metadata={"charter": "blocked"})
+    def _model_admission(self, request: Any) -> tuple[str | None, ci.Step | ci.Decision]:
+        """(task id, the model call to decide, or the decision when it cannot be judged)."""
+        task_id = _get(request.state, _TASK_KEY)
+        if not task_id:
+            return None, ci.Blocked(ci.Step("step.model", None, "model"), _NO_TASK, None)
+        self._gate.resume_task(task_id)
+        try:
+            return task_id, self._model_step(request)
+        except Exception as exc:
+            return task_id, self._gate.undecided(ci.Step("step.model", None, "model"), exc)
 
     def wrap_model_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Gate the model call; record its output, token usage and stop reason."""
-        task_id = _get(request.state, _TASK_KEY)
-        if task_id:
-            self._gate.restore(task_id)
-        try:
-            if not task_id:
-                raise BlockedStepError(_NO_TASK, kind="step.model")
-            spec = self._model_spec(request)
-            admitted = self._admit(spec, task_id, None)
-        except GraphBubbleUp:
-            raise
-        except BlockedStepError as blocked:
-            self._refused(task_id, blocked)
-            return self._model_refusal(blocked)
-        except Exception as exc:
-            blocked = _cannot_judge(StepSpec("step.model", None, "model", {}), exc)
-            self._refused(task_id, blocked)
-            return self._model_refusal(blocked)
-        handle = admitted.handle
-        with claimed(Claim("model", None, None, self.governor, task_id)):
+        task_id, got = self._model_admission(request)
+        decision = self._admit(got, task_id) if isinstance(got, ci.Step) and task_id else got
+        if not isinstance(decision, ci.Allowed) or not task_id:
+            return _model_refusal(self._refused(task_id, decision))
+        handle = decision.handle
+        with ci.claim(ci.Claim("model", None, None, self.governor, task_id)):
             try:
                 response = handler(request)
             except GraphBubbleUp:
@@ -323,107 +304,76 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             except BaseException as exc:
                 self._gate.fail(handle, exc)
                 raise
-        output, model = _model_output(response)
-        self._gate.complete(handle, output, model)
+        output, props = _model_output(response)
+        self._gate.complete(handle, output, properties=props)
         return response
 
     async def awrap_model_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """`wrap_model_call` for async runs."""
-        task_id = _get(request.state, _TASK_KEY)
-        if task_id:
-            self._gate.restore(task_id)
-        try:
-            if not task_id:
-                raise BlockedStepError(_NO_TASK, kind="step.model")
-            spec = self._model_spec(request)
-            admitted = await self._aadmit(spec, task_id, None)
-        except GraphBubbleUp:
-            raise
-        except BlockedStepError as blocked:
-            await self._arefused(task_id, blocked)
-            return self._model_refusal(blocked)
-        except Exception as exc:
-            blocked = _cannot_judge(StepSpec("step.model", None, "model", {}), exc)
-            await self._arefused(task_id, blocked)
-            return self._model_refusal(blocked)
-        handle = admitted.handle
-        with claimed(Claim("model", None, None, self.governor, task_id)):
+        task_id, got = self._model_admission(request)
+        decision = await self._aadmit(got, task_id) if isinstance(got, ci.Step) and task_id else got
+        if not isinstance(decision, ci.Allowed) or not task_id:
+            return _model_refusal(self._refused(task_id, decision))
+        handle = decision.handle
+        with ci.claim(ci.Claim("model", None, None, self.governor, task_id)):
             try:
                 response = await handler(request)
             except GraphBubbleUp:
-                self._gate.abandon(handle)
+                await self._gate.aabandon(handle)
                 raise
             except BaseException as exc:
                 await self._gate.afail(handle, exc)
                 raise
-        output, model = _model_output(response)
-        await self._gate.acomplete(handle, output, model)
+        output, props = _model_output(response)
+        await self._gate.acomplete(handle, output, properties=props)
         return response
 
     # -- tool calls ---------------------------------------------------------------------------
 
-    def _tool_spec(self, request: Any) -> StepSpec:
-        call = request.tool_call
+    def _tool_step(self, call: Mapping[str, Any]) -> ci.Step:
         args = call.get("args")
-        return self._gate.templates.tool(
+        return self._gate.tool_step(
             str(call.get("name")),
             args if isinstance(args, Mapping) else {"input": args},
-            str(call.get("id") or "") or None,
+            call_id=_id(call),
         )
 
-    def _tool_refusal(self, request: Any, blocked: BlockedStepError) -> ToolMessage:
-        call = request.tool_call
-        return ToolMessage(
-            content=blocked.reason,
-            tool_call_id=str(call.get("id") or ""),
-            name=str(call.get("name") or ""),
-            status="error",
-        )
+    def _tool_admission(self, request: Any) -> tuple[str | None, ci.Step | ci.Decision]:
+        """(task id, the tool call to decide, or the decision when it cannot be judged)."""
+        task_id = _get(request.state, _TASK_KEY)
+        name = str(request.tool_call.get("name") or "tool")
+        if not task_id:
+            return None, ci.Blocked(ci.Step("step.unknown", None, name), _NO_TASK, None)
+        self._gate.resume_task(task_id)
+        try:
+            return task_id, self._tool_step(request.tool_call)
+        except Exception as exc:
+            return task_id, self._gate.undecided(ci.Step("step.unknown", None, name), exc)
 
-    def _to_run(self, request: Any, admitted: _Admitted) -> Any:
-        if not admitted.edited:
-            return request
-        spec = admitted.spec
-        call = {**request.tool_call, "name": spec.name, "args": dict(spec.input)}
-        tool = request.tool
-        if getattr(tool, "name", None) != spec.name:
-            # Newer tool nodes list their tools on the runtime; older ones do not, so the
-            # tools seen on model requests are the fallback.
-            available = [*(getattr(request.runtime, "tools", None) or ()), *self._tools.values()]
-            tool = next((t for t in available if getattr(t, "name", None) == spec.name), None)
-            if tool is None:
-                raise LookupError(f"the reviewer's edit names {spec.name!r}, not an agent tool")
-        return request.override(tool_call=call, tool=tool)
+    def _unknown_edit(self, request: Any) -> str | None:
+        """Why a reviewer's edit cannot run (it names a tool the agent lacks), or None."""
+        call_id = _id(request.tool_call)
+        if request.tool is not None or call_id not in self._edited:
+            return None
+        name = self._edited[call_id].name
+        return f"not run: the reviewer's edit names {name!r}, not an agent tool"
 
     def wrap_tool_call(self, request: Any, handler: Callable[[Any], Any]) -> Any:
         """Gate the tool call (asking if a policy asks); record its result."""
-        task_id = _get(request.state, _TASK_KEY)
-        if task_id:
-            self._gate.restore(task_id)
-        try:
-            if not task_id:
-                raise BlockedStepError(_NO_TASK, kind="step.unknown")
-            spec = self._tool_spec(request)
-            admitted = self._admit(spec, task_id, request.tool_call)
-        except GraphBubbleUp:
-            raise
-        except BlockedStepError as blocked:
-            self._refused(task_id, blocked)
-            return self._tool_refusal(request, blocked)
-        except Exception as exc:
-            blocked = _cannot_judge(_fallback_spec(request), exc)
-            self._refused(task_id, blocked)
-            return self._tool_refusal(request, blocked)
-        handle = admitted.handle
-        try:
-            to_run = self._to_run(request, admitted)
-        except LookupError as exc:
-            self._gate.fail(handle, exc)
-            return self._tool_refusal(request, BlockedStepError(f"not run: {exc}"))
-        call_id = str(request.tool_call.get("id") or "") or None
-        with claimed(Claim("tool", call_id, admitted.spec.name, self.governor, task_id)):
+        task_id, got = self._tool_admission(request)
+        decision = self._admit(got, task_id) if isinstance(got, ci.Step) and task_id else got
+        if not isinstance(decision, ci.Allowed) or not task_id:
+            return _tool_refusal(request, self._refused(task_id, decision))
+        handle = decision.handle
+        problem = self._unknown_edit(request)
+        if problem is not None:
+            self._gate.fail(handle, LookupError(problem))
+            return _tool_refusal(request, BlockedStepError(problem))
+        call_id = _id(request.tool_call)
+        name = str(request.tool_call.get("name"))
+        with ci.claim(ci.Claim("tool", call_id, name, self.governor, task_id)):
             try:
-                result = handler(to_run)
+                result = handler(request)
             except GraphBubbleUp:
                 self._gate.abandon(handle)
                 raise
@@ -431,50 +381,37 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
                 self._gate.fail(handle, exc)
                 raise
         self._record_tool(handle, result)
-        return _noted(result, admitted)
+        return self._noted(result, call_id)
 
     async def awrap_tool_call(self, request: Any, handler: Callable[[Any], Awaitable[Any]]) -> Any:
         """`wrap_tool_call` for async runs."""
-        task_id = _get(request.state, _TASK_KEY)
-        if task_id:
-            self._gate.restore(task_id)
-        try:
-            if not task_id:
-                raise BlockedStepError(_NO_TASK, kind="step.unknown")
-            spec = self._tool_spec(request)
-            admitted = await self._aadmit(spec, task_id, request.tool_call)
-        except GraphBubbleUp:
-            raise
-        except BlockedStepError as blocked:
-            await self._arefused(task_id, blocked)
-            return self._tool_refusal(request, blocked)
-        except Exception as exc:
-            blocked = _cannot_judge(_fallback_spec(request), exc)
-            await self._arefused(task_id, blocked)
-            return self._tool_refusal(request, blocked)
-        handle = admitted.handle
-        try:
-            to_run = self._to_run(request, admitted)
-        except LookupError as exc:
-            await self._gate.afail(handle, exc)
-            return self._tool_refusal(request, BlockedStepError(f"not run: {exc}"))
-        call_id = str(request.tool_call.get("id") or "") or None
-        with claimed(Claim("tool", call_id, admitted.spec.name, self.governor, task_id)):
+        task_id, got = self._tool_admission(request)
+        decision = await self._aadmit(got, task_id) if isinstance(got, ci.Step) and task_id else got
+        if not isinstance(decision, ci.Allowed) or not task_id:
+            return _tool_refusal(request, self._refused(task_id, decision))
+        handle = decision.handle
+        problem = self._unknown_edit(request)
+        if problem is not None:
+            await self._gate.afail(handle, LookupError(problem))
+            return _tool_refusal(request, BlockedStepError(problem))
+        call_id = _id(request.tool_call)
+        name = str(request.tool_call.get("name"))
+        with ci.claim(ci.Claim("tool", call_id, name, self.governor, task_id)):
             try:
-                result = await handler(to_run)
+                result = await handler(request)
             except GraphBubbleUp:
-                await asyncio.to_thread(self._gate.abandon, handle)
+                await self._gate.aabandon(handle)
                 raise
             except BaseException as exc:
                 await self._gate.afail(handle, exc)
                 raise
-        if self._gate._sync_durability():
+        if self._gate.sync_durability:
             await asyncio.to_thread(self._record_tool, handle, result)
         else:
             self._record_tool(handle, result)
-        return _noted(result, admitted)
+        return self._noted(result, call_id)
 
-    def _record_tool(self, handle: charter.StepHandle, result: Any) -> None:
+    def _record_tool(self, handle: charter.StepHandle | None, result: Any) -> None:
         try:
             output, error = tool_outcome(result)
         except Exception:
@@ -484,6 +421,20 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         else:
             self._gate.complete(handle, output)
 
+    def _noted(self, result: Any, call_id: str | None) -> Any:
+        """Tell the model a reviewer replaced its call, so it does not simply retry it."""
+        step = self._edited.pop(call_id, None) if call_id else None
+        if step is None or not isinstance(result, ToolMessage):
+            return result
+        note = (
+            f"Note: a human reviewer replaced this tool call before it ran; executed instead: "
+            f"{step.name} with arguments {json.dumps(jsonish(step.input))}."
+        )
+        content = result.content
+        if isinstance(content, str):
+            return result.model_copy(update={"content": f"{note}\n{content}" if content else note})
+        return result
+
 
 def _get(state: Any, key: str) -> Any:
     if isinstance(state, Mapping):
@@ -491,15 +442,26 @@ def _get(state: Any, key: str) -> Any:
     return getattr(state, key, None)
 
 
-def _fallback_spec(request: Any) -> StepSpec:
-    try:
-        name = str(request.tool_call.get("name") or "tool")
-    except Exception:
-        name = "tool"
-    return StepSpec("step.unknown", None, name, {})
+def _id(call: Mapping[str, Any]) -> str | None:
+    return str(call.get("id") or "") or None
 
 
-def _model_output(response: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _model_refusal(blocked: BlockedStepError) -> AIMessage:
+    # No tool calls: the agent loop ends here, with the reason as the last message.
+    return AIMessage(content=blocked.reason, response_metadata={"charter": "blocked"})
+
+
+def _tool_refusal(request: Any, blocked: BlockedStepError) -> ToolMessage:
+    call = request.tool_call
+    return ToolMessage(
+        content=blocked.reason,
+        tool_call_id=str(call.get("id") or ""),
+        name=str(call.get("name") or ""),
+        status="error",
+    )
+
+
+def _model_output(response: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
     inner = getattr(response, "model_response", None)
     if inner is not None:
         response = inner
@@ -508,19 +470,4 @@ def _model_output(response: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     try:
         return model_outcome(messages)
     except Exception:
-        return {"messages": [jsonish(m) for m in messages]}, {}
-
-
-def _noted(result: Any, admitted: _Admitted) -> Any:
-    """Tell the model a reviewer replaced its call, so it does not simply retry it."""
-    if not admitted.edited or not isinstance(result, ToolMessage):
-        return result
-    spec = admitted.spec
-    note = (
-        f"Note: a human reviewer replaced this tool call before it ran; executed instead: "
-        f"{spec.name} with arguments {json.dumps(jsonish(spec.input))}."
-    )
-    content = result.content
-    if isinstance(content, str):
-        return result.model_copy(update={"content": f"{note}\n{content}" if content else note})
-    return result
+        return {"messages": [jsonish(m) for m in messages]}, None

@@ -9,60 +9,29 @@ the model, a retriever is ``step.resource GET``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import charter
-from charter_templates import TemplateSet, load_templates, resolve
+import charter.integration as ci
 
-INTEGRATION = "langchain"
+FRAMEWORK = "langchain"
 
 # Keys under which providers report why generation stopped, most common first.
 _STOP_KEYS = ("finish_reason", "stop_reason", "done_reason")
-_USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
-
-
-@dataclass(frozen=True, slots=True)
-class StepSpec:
-    """What a step is, before it runs: the arguments of `Governor.begin_step`."""
-
-    kind: str
-    verb: str | None
-    name: str
-    input: dict[str, Any]
-    properties: dict[str, Any] = field(default_factory=dict)
-
-    def gate_args(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "verb": self.verb,
-            "name": self.name,
-            "input": self.input,
-            "properties": self.properties,
-        }
-
-
-class Templates:
-    """The built-in templates, or the user's file from the `template_location` setting.
-
-    Raises `charter_templates.TemplateError` (a ValueError naming the file, entry and fix)
-    for a bad file, at construction, so a typo never silently maps tools to step.unknown.
-    """
-
-    def __init__(self, location: str | None) -> None:
-        self._overrides: TemplateSet | None = load_templates(location) if location else None
-
-    def tool(self, name: str, args: Mapping[str, Any], call_id: str | None = None) -> StepSpec:
-        """A tool call: kind, verb and properties from the templates; input = the arguments."""
-        kind, verb, properties, _effect = resolve(
-            INTEGRATION, name, args, overrides=self._overrides
-        )
-        props = dict(properties)
-        if call_id:
-            tool = dict(props.get("tool") or {})
-            tool["call_id"] = call_id
-            props["tool"] = tool
-        return StepSpec(kind, verb, name, dict(args), props)
+# Request parameters worth a policy's attention (the tool schemas are listed by name).
+_PARAM_KEYS = (
+    "temperature",
+    "max_tokens",
+    "max_completion_tokens",
+    "top_p",
+    "top_k",
+    "stop",
+    "seed",
+    "tool_choice",
+    "stream",
+)
+# LangChain message types onto the one role vocabulary; anything else is tool-like content.
+_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
 
 
 def tool_args(inputs: Any, input_str: Any) -> dict[str, Any]:
@@ -75,40 +44,29 @@ def tool_args(inputs: Any, input_str: Any) -> dict[str, Any]:
 
 
 def message_json(message: Any) -> Any:
-    """One message as compact I-JSON: type, content, and tool calls / tool call id if any."""
+    """One LangChain message as ``{role, content, ...}`` (`chat_message`); other values are
+    captured as they are."""
     kind = getattr(message, "type", None)
     if not isinstance(kind, str):
         return charter.capture(message)
-    out: dict[str, Any] = {"type": kind, "content": charter.capture(message.content)}
-    name = getattr(message, "name", None)
-    if name:
-        out["name"] = str(name)
-    calls = getattr(message, "tool_calls", None)
-    if calls:
-        out["tool_calls"] = [
-            {"name": c.get("name"), "args": charter.capture(c.get("args")), "id": c.get("id")}
-            for c in calls
-        ]
-    call_id = getattr(message, "tool_call_id", None)
-    if call_id:
-        out["tool_call_id"] = str(call_id)
-    status = getattr(message, "status", None)
-    if status == "error":
-        out["status"] = "error"
-    return out
+    role = _ROLES.get(kind)
+    if role is None:
+        chat_role = getattr(message, "role", None)  # ChatMessage carries its own role
+        role = chat_role if chat_role in ci.ROLES else "tool"
+    calls = getattr(message, "tool_calls", None) or ()
+    return ci.chat_message(
+        role,
+        message.content,
+        name=getattr(message, "name", None),
+        tool_calls=[c for c in calls if isinstance(c, Mapping)],
+        tool_call_id=getattr(message, "tool_call_id", None),
+        error=getattr(message, "status", None) == "error",
+    )
 
 
-def new_messages(messages: Sequence[Any]) -> Sequence[Any]:
-    """The messages after the model's last turn: what is new to it in this call.
-
-    The earlier ones are already in the audit trail (the model's own outputs, the tool
-    results, the first call's prompt), so recording only these keeps a long agent run linear
-    instead of quadratic in what is captured, redacted and hashed.
-    """
-    for i in range(len(messages) - 1, -1, -1):
-        if getattr(messages[i], "type", None) == "ai":
-            return messages[i + 1 :]
-    return messages
+def request_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The request parameters at ``properties.model.params``."""
+    return {k: params[k] for k in _PARAM_KEYS if params and params.get(k) is not None}
 
 
 def model_step(
@@ -116,32 +74,27 @@ def model_step(
     provider: str | None,
     messages: Sequence[Any],
     *,
-    model_type: str = "chat",
     tools: Sequence[str] = (),
-) -> StepSpec:
-    """A model call: ``step.model`` named after the model; input = the messages new since the
-    model's last turn (all of them on the first call) and how many it is sent in all."""
-    model: dict[str, Any] = {"name": name, "type": model_type}
-    if provider:
-        model["provider"] = provider
-    if tools:
-        model["tools"] = list(tools)
-    return StepSpec(
-        "step.model",
-        None,
+    params: Mapping[str, Any] | None = None,
+    ids: Mapping[str, Any] | None = None,
+) -> ci.Step:
+    """A chat model call (see `charter.integration.model_step`)."""
+    return ci.model_step(
+        FRAMEWORK,
         name,
-        {
-            "messages": [message_json(m) for m in new_messages(messages)],
-            "message_count": len(messages),
-        },
-        {"model": model},
+        [message_json(m) for m in messages],
+        provider=provider,
+        params=request_params(params),
+        tools=tools,
+        ids=ids,
     )
 
 
-def prompt_step(name: str, provider: str | None, prompts: Sequence[str]) -> StepSpec:
+def prompt_step(
+    name: str, provider: str | None, prompts: Sequence[str], ids: Mapping[str, Any] | None = None
+) -> ci.Step:
     """A completion (non-chat) model call: the prompts as input."""
-    spec = model_step(name, provider, (), model_type="llm")
-    return StepSpec(spec.kind, None, name, {"prompts": list(prompts)}, spec.properties)
+    return ci.model_step(FRAMEWORK, name, provider=provider, prompts=prompts, ids=ids)
 
 
 def callback_model_identity(
@@ -200,12 +153,14 @@ def tool_names(tools: Any) -> list[str]:
     return names
 
 
-def usage_of(message: Any) -> dict[str, Any] | None:
+def usage_of(message: Any) -> dict[str, int] | None:
     """Token usage of a model message (``usage_metadata``), or None when it has none."""
     usage = getattr(message, "usage_metadata", None)
     if not isinstance(usage, Mapping):
         return None
-    return {k: usage[k] for k in _USAGE_KEYS if isinstance(usage.get(k), int)} or None
+    return ci.usage(
+        usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
+    )
 
 
 def stop_reason_of(message: Any, info: Mapping[str, Any] | None = None) -> str | None:
@@ -218,23 +173,19 @@ def stop_reason_of(message: Any, info: Mapping[str, Any] | None = None) -> str |
     return None
 
 
-def model_outcome(messages: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(output, outcome-only model properties) for the messages a model call produced."""
+def model_outcome(messages: Sequence[Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(output, outcome-only properties) for the messages a model call produced."""
     output: dict[str, Any] = {"messages": [message_json(m) for m in messages]}
-    props: dict[str, Any] = {}
+    usage: dict[str, int] | None = None
+    stop: str | None = None
     for m in messages:
-        usage = usage_of(m)
-        if usage:
-            props["usage"] = usage
-        stop = stop_reason_of(m)
-        if stop:
-            props["stop_reason"] = stop
-    output.update(props)
-    return output, props
+        usage = usage_of(m) or usage
+        stop = stop_reason_of(m) or stop
+    return output, ci.model_outcome(usage=usage, stop_reason=stop)
 
 
-def llm_result_outcome(response: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(output, outcome-only model properties) of a callback's LLMResult (streamed or not:
+def llm_result_outcome(response: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(output, outcome-only properties) of a callback's LLMResult (streamed or not:
     LangChain hands `on_llm_end` the merged chunks of a stream)."""
     messages: list[Any] = []
     texts: list[str] = []
@@ -252,25 +203,23 @@ def llm_result_outcome(response: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     output, props = model_outcome(messages)
     if texts:
         output["texts"] = texts
-    if "usage" not in props:
+    model = dict((props or {}).get("model") or {})
+    if "usage" not in model:
         llm_output = getattr(response, "llm_output", None)
-        usage = llm_output.get("token_usage") if isinstance(llm_output, Mapping) else None
-        if isinstance(usage, Mapping):
-            legacy = {
-                "input_tokens": usage.get("prompt_tokens"),
-                "output_tokens": usage.get("completion_tokens"),
-                "total_tokens": usage.get("total_tokens"),
-            }
-            found = {k: v for k, v in legacy.items() if isinstance(v, int)}
+        legacy = llm_output.get("token_usage") if isinstance(llm_output, Mapping) else None
+        if isinstance(legacy, Mapping):
+            found = ci.usage(
+                legacy.get("prompt_tokens"),
+                legacy.get("completion_tokens"),
+                legacy.get("total_tokens"),
+            )
             if found:
-                props["usage"] = found
-                output["usage"] = found
-    if "stop_reason" not in props:
+                model["usage"] = found
+    if "stop_reason" not in model:
         stop = stop_reason_of(None, info)
         if stop:
-            props["stop_reason"] = stop
-            output["stop_reason"] = stop
-    return output, props
+            model["stop_reason"] = stop
+    return output, ci.model_outcome(usage=model.get("usage"), stop_reason=model.get("stop_reason"))
 
 
 def tool_outcome(result: Any) -> tuple[dict[str, Any], str | None]:
@@ -306,19 +255,13 @@ def jsonish(value: Any) -> Any:
     return charter.capture(value)
 
 
-def retriever_step(name: str, query: Any) -> StepSpec:
+def retriever_step(name: str, query: Any, ids: Mapping[str, Any] | None = None) -> ci.Step:
     """A retriever: a read of the store it searches (``step.resource GET``)."""
     text = query if isinstance(query, str) else charter.capture(query)
-    return StepSpec(
-        "step.resource",
-        "GET",
-        name,
-        {"query": text},
-        {
-            "target": {"query": text, "retriever": name}
-            if isinstance(text, str)
-            else {"retriever": name}
-        },
+    target = {"query": text, "retriever": name} if isinstance(text, str) else {"retriever": name}
+    step = ci.node_step(FRAMEWORK, name, {"query": text}, kind="step.resource", verb="GET", ids=ids)
+    return ci.Step(
+        step.kind, step.verb, step.name, step.input, {**step.properties, "target": target}
     )
 
 
