@@ -370,3 +370,18 @@ def test_a_claim_is_taken_once_and_carries_its_task(tmp_path: Path) -> None:
 def test_the_module_api() -> None:
     assert ci.CLOSING_KINDS == charter.CLOSING_KINDS
     assert {k.value for k in ci.CLOSING_KINDS} == {"task.end", "task.error", "task.idle"}
+
+
+def test_outputs_are_cut_to_the_output_limits_and_inputs_never_are(
+    gate: Callable[..., ci.Gate],
+) -> None:
+    g = gate(max_output_chars=10, max_output_items=2)
+    g.start_task("t1", "run")
+    long = "x" * 50_000
+    allowed = g.decide(g.tool_step("write_note", {"text": long}), "t1")
+    assert isinstance(allowed, ci.Allowed)
+    g.complete(allowed.handle, {"echo": "y" * 100, "rows": [1, 2, 3, 4]})
+    (_, step) = _trail(g, "t1")
+    assert step["input"]["text"] == long  # what was judged is what is kept
+    assert step["output"]["echo"] == "y" * 10 + "…[truncated 90 chars]"
+    assert step["output"]["rows"] == [1, 2, "…[2 more items]"]

@@ -44,11 +44,15 @@ _ERROR_TEXT_MAX = 4000
 _WARN_SEVERITIES = frozenset({Severity.HIGH, Severity.MEDIUM, Severity.LOW})
 
 
-def _payload(value: Any) -> dict[str, Any] | None:
-    """Any Python value as an I-JSON object (None stays None); never raises."""
+def _payload(value: Any, limits: tuple[int, int] | None = None) -> dict[str, Any] | None:
+    """Any Python value as an I-JSON object (None stays None), strings and collections cut
+    visibly at `limits` (max chars, max items) when given; never raises."""
     if value is None:
         return None
-    captured = capture(value)
+    if limits is None:
+        captured = capture(value)
+    else:
+        captured = capture(value, max_string=limits[0], max_items=limits[1])
     return captured if isinstance(captured, dict) else {"value": captured}
 
 
@@ -155,7 +159,11 @@ class StepHandle:
         b = self.behavior
         meta = dict(b.meta)
         if how == "ok":
-            data = _payload(output if output is not None else self.output)
+            # Outputs are cut to the output limits (intents never are: a policy and the
+            # secret scan must see every byte of what is about to run).
+            settings = self._governor.runner.settings
+            limits = (settings.max_output_chars, settings.max_output_items)
+            data = _payload(output if output is not None else self.output, limits)
             meta["charter.outcome"] = Outcome.OK.value
             props = _merged(b.properties, _payload(properties))
             return derive(b, output=data if data is not None else {}, meta=meta, properties=props)

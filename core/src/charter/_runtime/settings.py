@@ -164,7 +164,9 @@ _SPECS: dict[str, _Spec] = {
     "policy_file": _Spec(_paths, "YAML manifests (list or comma-separated), re-read on change"),
     "policy_cache_path": _Spec(_text, "JSON file holding the last good policy set"),
     "policy_cache_max_age": _Spec(_number(0, False), "seconds before the cache counts stale"),
-    "fail_mode": _Spec(_choice("closed", "open"), "with no usable policies: block or allow"),
+    "fail_mode": _Spec(
+        _choice("closed", "open"), "when Charter cannot judge a step: block or allow"
+    ),
     "enforcement": _Spec(_choice("enforce", "monitor"), "monitor: judge and record only"),
     "environment": _Spec(_text, "environment name policies can be scoped to"),
     "risk_classification": _Spec(_text, "the agent's risk classification"),
@@ -180,6 +182,8 @@ _SPECS: dict[str, _Spec] = {
     "payload_mode": _Spec(
         _choice("full", "metadata_only", "sha256"), "how payloads are kept in the trail"
     ),
+    "max_output_chars": _Spec(_count, "longest string kept of a step's output (cut visibly)"),
+    "max_output_items": _Spec(_count, "most list items / keys kept of a step's output"),
     "max_clock_skew_seconds": _Spec(_number(0, False), "refuse steps stamped further off"),
     "queue_size": _Spec(_count, "bound of the audit queue (records)"),
     "exit_flush_seconds": _Spec(_number(0, True), "how long exit waits for the queue"),
@@ -217,6 +221,8 @@ class Settings:
     audit_location: str = "sqlite:///.charter/audit.db"
     audit_durability: str = "buffered"
     payload_mode: str = "full"
+    max_output_chars: int = 32_768
+    max_output_items: int = 1_000
     max_clock_skew_seconds: float = 300.0
     queue_size: int = 10_000
     exit_flush_seconds: float = 5.0
