@@ -557,32 +557,11 @@ class _Task:
         )
 
     def _gate(self, b: Behavior, approved: bool) -> None:
-        from charter._model.behavior import ActionKind, Behavior
-        from charter._model.ijson import canonical_digest
+        from charter._runtime.approval import Approval, gate_record
 
+        why = "approve: true" if approved else "approve: false (or not given)"
         self.engine.record(
-            Behavior(
-                agent_id=b.agent_id,
-                task_id=b.task_id,
-                kind=ActionKind.STEP_GATE,
-                step_name="approval",
-                action_id=uuid.uuid4().hex,
-                timestamp=b.timestamp,
-                output={
-                    "decision": "pass" if approved else "deny",
-                    "by": "charter-test",
-                    "why": "approve: true" if approved else "approve: false (or not given)",
-                },
-                properties={
-                    "gate": {
-                        "kind": "human",
-                        "step_name": b.step_name,
-                        "digest": canonical_digest(b.input or {}),
-                        "policies": [],
-                        "action_id": b.action_id,
-                    }
-                },
-            )
+            gate_record(b, Approval(approved, "charter-test", why), timestamp=b.timestamp)
         )
 
     def run(self, step: Step) -> StepRun:

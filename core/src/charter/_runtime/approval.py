@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import inspect
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TextIO, runtime_checkable
 
 from charter._engine.engine import EvalResult, PolicyResult
-from charter._model.behavior import Behavior
+from charter._model.behavior import ActionKind, Behavior
 from charter._model.ijson import canonical_digest
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "callback_approver",
     "console_approver",
     "deny_all",
+    "gate_record",
 ]
 
 
@@ -156,3 +159,38 @@ def callback_approver(fn: Callable[[ApprovalRequest], Any], *, by: str | None = 
         return convert(fn(request))
 
     return approver
+
+
+def gate_record(
+    step: Behavior,
+    approval: Approval,
+    policies: tuple[str, ...] | list[str] = (),
+    *,
+    timestamp: datetime | None = None,
+) -> Behavior:
+    """The step.gate that records `approval` of `step`: bound to the step's name and the
+    SHA-256 of its canonical input (``properties.gate.digest``), naming the asking policies.
+    The one shape every approval is recorded in (the Governor, integrations, `charter test`)."""
+    extra: dict[str, Any] = {"timestamp": timestamp} if timestamp is not None else {}
+    return Behavior(
+        agent_id=step.agent_id,
+        task_id=step.task_id,
+        kind=ActionKind.STEP_GATE,
+        step_name="approval",
+        action_id=uuid.uuid4().hex,
+        output={
+            "decision": "pass" if approval.approved else "deny",
+            "by": str(approval.by),
+            "why": str(approval.why),
+        },
+        properties={
+            "gate": {
+                "kind": "human",
+                "step_name": step.step_name,
+                "digest": canonical_digest(step.input or {}),
+                "policies": list(policies),
+                "action_id": step.action_id,
+            }
+        },
+        **extra,
+    )

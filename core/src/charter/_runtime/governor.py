@@ -29,7 +29,7 @@ from charter._model.capture import capture
 from charter._model.errors import BlockedError, PolicyWarning
 from charter._model.identifiers import step_name_from, task_id_from
 from charter._policy.policy import Severity
-from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all
+from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
 from charter._runtime.runner import Runner, derive
 from charter._runtime.settings import Settings
 from charter._runtime.writer import ExporterLike
@@ -656,28 +656,9 @@ class Governor:
         self, task_id: str, request: ApprovalRequest, approval: Approval
     ) -> tuple[Behavior, _Gate]:
         b = request.behavior
-        gate = Behavior(
-            agent_id=self.runner.agent_id,
-            task_id=task_id,
-            kind=ActionKind.STEP_GATE,
-            step_name="approval",
-            action_id=uuid.uuid4().hex,
-            output={
-                "decision": "pass" if approval.approved else "deny",
-                "by": str(approval.by),
-                "why": str(approval.why),
-            },
-            properties={
-                "gate": {
-                    "kind": "human",
-                    "step_name": b.step_name,
-                    "digest": request.digest,
-                    "policies": list(request.policies),
-                    "action_id": b.action_id,
-                }
-            },
-        )
-        recorded = self.runner.record(gate)
+        if b.task_id != task_id:
+            b = derive(b, task_id=task_id)
+        recorded = self.runner.record(gate_record(b, approval, request.policies))
         return recorded, _Gate(approval.approved, str(approval.by), str(approval.why), recorded.seq)
 
     def _has_approval(self, b: Behavior) -> bool:
