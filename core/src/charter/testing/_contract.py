@@ -12,6 +12,9 @@ then checks what a user relies on, from the audit trail itself:
 - an approved ask gives exactly one step.gate record and one step; a denied ask never runs;
 - an internal error in the decision path blocks with a reason under ``fail_mode="closed"``
   and lets the step run ungoverned under ``"open"`` (the one rule of `charter.integration`);
+- a store that fails: in buffered durability the step's outcome is unchanged and the fault is
+  counted in status; an integration that decides from the store's contents (``store_is_state``
+  on its adapter, such as a hook that is a new process per call) refuses the step instead;
 - two integrations active on one Governor record each step once, in one task
   (`PairedIntegrationContract`, for integrations that run beside another one);
 - every chain verifies afterwards.
@@ -217,6 +220,28 @@ class IntegrationContract:
         else:
             assert run.calls == [_ARGS], "fail_mode open: the step runs ungoverned"
         self._trail(gov)  # whatever was recorded still verifies
+
+    @pytest.mark.allow_internal_errors
+    def test_a_store_that_fails_has_the_one_documented_outcome(
+        self, adapter: ContractAdapter, governed: Callable[..., Governor], tmp_path: Path
+    ) -> None:
+        (tmp_path / "not-a-folder").write_text("a file where the store's folder should be")
+        location = f"sqlite:///{tmp_path / 'not-a-folder' / 'audit.db'}"
+        gov = governed([], audit_durability="buffered", audit_location=location)
+        run = adapter.run_tool(gov, dict(_ARGS), True)
+        store = gov.status()["store"]
+        assert store["ok"] is False and "cannot" in store["detail"], store
+        if getattr(adapter, "store_is_state", False):
+            # The integration decides from what the store holds (a hook that is a new
+            # process per call): it cannot decide, so the step is refused and says why.
+            assert run.calls == [], "the step ran although its history could not be read"
+            refusal = run.refusal or (str(run.error) if run.error else "")
+            assert "audit store" in refusal, refusal
+        else:
+            # Buffered durability: a store fault is counted in status, never changes the
+            # step's outcome and never reaches the agent.
+            assert run.error is None, f"the store fault reached the agent: {run.error!r}"
+            assert run.calls == [_ARGS]
 
 
 class PairedIntegrationContract(IntegrationContract):
