@@ -93,13 +93,23 @@ def test_model_steps_carry_each_message_once(build_crew, calling, audit, trail):
     handle.uninstall()
 
     first, second = [r for r in trail.read(handle.task_ids[0]) if r["kind"] == "step.model"]
-    assert first["properties"]["model"] == {"name": "scripted-model", "provider": "openai"}
-    assert first["properties"]["crewai"]["agent_role"] == "cleaner"
+    assert first["properties"]["model"] == {
+        "name": "scripted-model",
+        "provider": "openai",
+        "tools": ["delete_file", "get_weather"],
+    }
+    assert first["properties"]["framework"]["agent_role"] == "cleaner"
     assert first["input"]["message_count"] == len(first["input"]["messages"])
-    # The second call shows only what was added since the first: the tool call and result.
+    assert [m["role"] for m in first["input"]["messages"]] == ["system", "user"]
+    # The second call shows only what is new since the model's own turn (recorded as the
+    # first call's output): the tool's result, on both paths as a tool message.
     added = second["input"]["messages"]
-    assert second["input"]["message_count"] == first["input"]["message_count"] + len(added)
-    assert any("sunny in Oslo" in str(m.get("content")) for m in added)
+    assert second["input"]["message_count"] == first["input"]["message_count"] + 1 + len(added)
+    assert added[0] == {"role": "tool", "content": "sunny in Oslo"} | (
+        {"name": "get_weather", "tool_call_id": added[0].get("tool_call_id")}
+        if calling.native
+        else {}
+    )
     if calling.native:
         call = first["output"]["tool_calls"][0]["function"]
         assert call["name"] == "get_weather"

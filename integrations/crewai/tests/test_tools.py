@@ -37,8 +37,13 @@ def test_allowed_tool_runs_and_is_recorded(build_crew, calling, audit, trail, ra
     assert tool["verb"] == "GET"
     assert tool["input"] == {"city": "Oslo"}
     assert tool["output"] == {"result": "sunny in Oslo"}
-    assert tool["properties"]["tool"] == {"name": "get_weather", "effect": "read_only"}
-    assert tool["properties"]["crewai"] == {
+    assert tool["properties"]["tool"]["name"] == "get_weather"
+    assert tool["properties"]["tool"]["effect"] == "read_only"
+    assert tool["properties"]["tool"]["description"] == "Get today's weather for a city."
+    # Native calls carry the model's call id; ReAct text has none.
+    assert ("call_id" in tool["properties"]["tool"]) is calling.native
+    assert tool["properties"]["framework"] == {
+        "name": "crewai",
         "agent_role": "cleaner",
         "task": "tidy up, part 1",
         "crew": "crew",
@@ -107,6 +112,7 @@ def test_a_policy_rule_that_raises_still_blocks(
     assert ("step.resource", "get_weather", "blocked") in trail.summary(handle.task_ids[0])
 
 
+@pytest.mark.allow_internal_errors
 def test_an_error_inside_the_gate_blocks_in_closed_mode(
     build_crew, calling, audit, ran, observation, monkeypatch
 ):
@@ -124,12 +130,16 @@ def test_an_error_inside_the_gate_blocks_in_closed_mode(
     assert ran["get_weather"] == []
     assert handle.undecided == 1
     seen = observation(llm)
-    assert "Charter could not decide on tool 'get_weather' (KeyError" in seen
-    assert "fail_mode is closed" in seen
+    assert "Charter could not judge step.unknown 'get_weather' (KeyError" in seen
+    assert "governance fails closed" in seen
+    assert [e.message for e in swallowed_errors() if "get_weather" in e.where][-1] == (
+        "'translation bug'"
+    )
 
 
-def test_an_error_inside_the_gate_allows_explicitly_in_open_mode(
-    build_crew, audit, ran, monkeypatch, calling
+@pytest.mark.allow_internal_errors
+def test_an_error_inside_the_gate_runs_ungoverned_and_is_reported_in_open_mode(
+    build_crew, audit, trail, ran, monkeypatch, calling
 ):
     def broken(ctx, templates):
         raise KeyError("translation bug")
@@ -139,11 +149,18 @@ def test_an_error_inside_the_gate_allows_explicitly_in_open_mode(
         [calling.tool("get_weather", city="Rome"), calling.final("sunny")], native=calling.native
     )
     handle = govern(crew, policies=[], fail_mode="open", audit_location=audit)
+    earlier = swallowed_errors()
+    since = earlier[-1].serial if earlier else 0
 
     crew.kickoff()
+    handle.uninstall()
 
     assert ran["get_weather"] == ["Rome"]
     assert handle.undecided == 1
+    reported = [e for e in swallowed_errors(since) if "get_weather" in e.where]
+    assert [(e.type, e.message) for e in reported] == [("KeyError", "'translation bug'")]
+    # Ungoverned: nothing is recorded for the call itself.
+    assert "get_weather" not in {s[1] for s in trail.summary(handle.task_ids[0])}
 
 
 @pytest.mark.parametrize("approved", [True, False], ids=["approved", "denied"])

@@ -94,8 +94,14 @@ def _aborted_type(hook_aborted: type[Exception]) -> type[BlockedError]:
     class CharterBlocked(BlockedError, hook_aborted):  # type: ignore[valid-type,misc]
         """A step Charter blocked, raised through CrewAI's hooks (a charter.BlockedError)."""
 
-        def __init__(self, reason: str, result: EvalResult | None = None) -> None:
-            BlockedError.__init__(self, reason, result)
+        def __init__(
+            self,
+            reason: str,
+            result: EvalResult | None = None,
+            step_name: str = "",
+            kind: str = "",
+        ) -> None:
+            BlockedError.__init__(self, reason, result, step_name, kind)
             self.source = "charter"
 
     CharterBlocked.__module__ = __name__

@@ -5,33 +5,31 @@ once, and each router finds the Governance of the crew (or agent) the event belo
 object identity; events of crews nobody governs pass untouched. So `govern(crew)` is scoped to
 that crew, and two crews governed by different policies never see each other's steps.
 
-The rule CrewAI imposes: a hook that raises anything but HookAborted is swallowed and the tool
-runs anyway. Every gate below therefore catches everything and decides itself: a block (or an
-error in closed fail mode) leaves as the one exception CrewAI lets through, a HookAborted that
-is also a charter.BlockedError; an error in open fail mode is logged and the step allowed.
-Errors while recording outcomes never reach the agent: they are logged and counted.
+Everything Charter decides goes through one `charter.integration.Gate`: the integration only
+translates hook contexts into steps (`_translate`) and follows the Gate's decision. CrewAI
+swallows every exception a hook raises except HookAborted (and then runs the tool anyway), so
+a `Blocked` leaves as the one exception CrewAI lets through, a HookAborted that is also a
+charter.BlockedError, and an error inside a gate is decided by the Gate's fail-mode rule
+(closed: blocked with the reason; open: runs ungoverned, reported) before it could escape.
 """
 
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from charter import BlockedError, Governor, StepHandle, report_internal_error
-from charter_templates import TemplateSet, load_templates
+from charter import AuditError, Governor, report_internal_error
+from charter.integration import Allowed, Blocked, Gate, Pending, Step, StepHandle
 
 from . import _translate as tr
 from ._crewai import CrewAI, load
 
 __all__ = ["Governance", "govern", "governed_crew_tripwire"]
-
-logger = logging.getLogger("charter.crewai")
 
 _TASK_IDS_KEPT = 100
 
@@ -52,12 +50,10 @@ _started: contextvars.ContextVar[Governance | None] = contextvars.ContextVar(
 
 
 def _report(exc: BaseException, where: str) -> None:
-    """Log and count an error on the recording path (charter.testing fails tests on them)."""
-    report_internal_error(exc, f"charter_crewai: {where}")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
+    """Report an error of this integration's own (charter.testing fails tests on them); an
+    AuditError was raised, and reported, by the Gate (sync durability)."""
+    if not isinstance(exc, AuditError):
+        report_internal_error(exc, f"charter_crewai: {where}")
 
 
 # -- per-kickoff state ---------------------------------------------------------------------------
@@ -65,40 +61,35 @@ def _one_line(text: str) -> str:
 
 @dataclass(eq=False, slots=True)
 class _Run:
-    """One kickoff of a governed crew or agent: its Charter task and what is still open."""
+    """One kickoff of a governed crew or agent: its Charter task."""
 
     governance: Governance
     owner: weakref.ref[Any]
     task_id: str
     # Runs opened by a first step outside any kickoff end with the task that opened them.
     closes_with_task: int | None = None
-    seen: dict[int, int] = field(default_factory=dict)  # id(executor) -> messages at last call
 
 
 @dataclass(eq=False, slots=True)
-class _Tool:
-    tool_input: Any  # kept alive so its id() is not reused while the call is open
-    handle: StepHandle | None
-    reason: str | None  # set when Charter blocked the call
+class _Open:
+    """A gated step not settled yet, paired by CrewAI object `key` (kept alive, so its id()
+    is not reused while the step is open)."""
+
+    key: Any
     run: _Run | None
+    handle: StepHandle | None
+    blocked: Blocked | None = None  # a tool call Charter refused: the agent reads why
+    ctx: Any = None  # a model call: the hook context that opened it
+    usage: dict[str, int] | None = None  # a model call: the LLM's counters before it
+    count: int = 0  # a model call: the messages it was sent
 
 
-@dataclass(eq=False, slots=True)
-class _Model:
-    key: Any  # the executor (or message list) the call is paired by; kept alive
-    ctx: Any  # the hook context that opened it, kept alive so identity checks stay sound
-    handle: StepHandle
-    usage_before: dict[str, int] | None
-    llm: Any
-    count: int
-    run: _Run
-
-
-@dataclass(eq=False, slots=True)
-class _TaskStep:
-    task: Any
-    handle: StepHandle
-    run: _Run
+def _take(table: dict[int, _Open], key: Any) -> _Open | None:
+    entry = table.get(id(key))
+    if entry is None or entry.key is not key:
+        return None
+    del table[id(key)]
+    return entry
 
 
 # -- routing -------------------------------------------------------------------------------------
@@ -126,27 +117,18 @@ def _governance_of(obj: Any, crewai: CrewAI) -> Governance | None:
     return None
 
 
-def _crew_of(ctx: Any, crewai: CrewAI) -> Any:
-    crew = getattr(ctx, "crew", None)
-    if isinstance(crew, crewai.crew_type):
-        return crew
-    crew = getattr(getattr(ctx, "agent", None), "crew", None)
-    return crew if isinstance(crew, crewai.crew_type) else None
-
-
 def _route(ctx: Any) -> tuple[Governance, Any] | None:
     """(governance, owner) for a step event; the owner is what one Charter task spans."""
     crewai = load()
-    crew = _crew_of(ctx, crewai)
-    if crew is not None:
-        governance = _governance_of(crew, crewai)
-        if governance is not None:
-            return governance, crew
+    crew = getattr(ctx, "crew", None)
+    if not isinstance(crew, crewai.crew_type):
+        crew = getattr(getattr(ctx, "agent", None), "crew", None)
+        crew = crew if isinstance(crew, crewai.crew_type) else None
+    if crew is not None and (governance := _governance_of(crew, crewai)) is not None:
+        return governance, crew
     agent = getattr(ctx, "agent", None)
-    if agent is not None:
-        governance = _governance_of(agent, crewai)
-        if governance is not None:
-            return governance, crew if crew is not None else agent
+    if agent is not None and (governance := _governance_of(agent, crewai)) is not None:
+        return governance, crew if crew is not None else agent
     return None
 
 
@@ -171,11 +153,11 @@ def _unroutable(exc: Exception, what: str, gate: bool) -> None:
     if not gate:
         return
     with _lock:
-        closed = any(g._fail_closed() for g in _active)
+        closed = any(g.gate.fail_mode != "open" for g in _active)
     if closed:
-        reason = _one_line(
+        reason = " ".join(
             f"blocked: Charter could not tell which crew this {what} belongs to "
-            f"({type(exc).__name__}: {exc}); fail_mode is closed"
+            f"({type(exc).__name__}: {exc}); governance fails closed".split()
         )
         raise load().aborted(reason)
 
@@ -231,90 +213,67 @@ def _on_execution_end(ctx: Any) -> None:
         _count_execution(owner, -1)
         with _lock:
             runs = _runs.pop(id(owner), {})
+        failed = getattr(ctx, "status", None) == "failed"
+        error = getattr(ctx, "error", None) if failed else None
+        if failed and not isinstance(error, BaseException):
+            error = RuntimeError("the kickoff failed")
+        for run in runs.values():
+            if run.owner() is owner:
+                run.governance._finish(run, error, getattr(ctx, "output", None))
     except Exception as exc:
-        _report(exc, "routing a kickoff's end")
-        return
-    failed = getattr(ctx, "status", None) == "failed"
-    error = getattr(ctx, "error", None) if failed else None
-    if failed and not isinstance(error, BaseException):
-        error = RuntimeError("the kickoff failed")
-    for run in runs.values():
-        if run.owner() is owner:
-            run.governance._finish(run, error, getattr(ctx, "output", None))
+        _report(exc, "recording a kickoff's end")
 
 
-def _on_pre_step(ctx: Any) -> None:
-    if getattr(ctx, "kind", None) != "task":  # flow methods are the flow's business
-        return None
-    routed = _safe_route(ctx, "task", gate=True)
-    if routed is not None:
-        routed[0]._pre_task(ctx, routed[1])
-    return None
+def _router(what: str, method: str, gate: bool) -> Callable[[Any], Any]:
+    """The hook of one step point: routes the event to its Governance's `method`. A gate
+    (`gate`, a before-hook) turns any error of its own into the Gate's decision; an
+    after-hook reports it (the step ran already)."""
 
+    def route(ctx: Any) -> Any:
+        if what == "task" and getattr(ctx, "kind", None) != "task":
+            return None  # flow methods are the flow's business
+        routed = _safe_route(ctx, what, gate)
+        if routed is None:
+            return None
+        governance, owner = routed
+        try:
+            return getattr(governance, method)(ctx, owner)
+        except governance._crewai.hook_aborted:
+            raise
+        except Exception as exc:
+            if not gate:
+                _report(exc, f"recording a {what}")
+                return None
+            decision = governance.gate.undecided(Step("step.unknown", None, what), exc)
+            if isinstance(decision, Blocked):
+                raise governance._abort(decision) from None
+            return None
 
-def _on_post_step(ctx: Any) -> None:
-    if getattr(ctx, "kind", None) != "task":
-        return None
-    routed = _safe_route(ctx, "task", gate=False)
-    if routed is not None:
-        routed[0]._post_task(ctx)
-    return None
-
-
-def _on_pre_model(ctx: Any) -> None:
-    routed = _safe_route(ctx, "model call", gate=True)
-    if routed is not None:
-        routed[0]._pre_model(ctx, routed[1])
-    return None
-
-
-def _on_post_model(ctx: Any) -> None:
-    routed = _safe_route(ctx, "model call", gate=False)
-    if routed is not None:
-        routed[0]._post_model(ctx)
-    return None
-
-
-def _on_pre_tool(ctx: Any) -> None:
-    routed = _safe_route(ctx, "tool call", gate=True)
-    if routed is not None:
-        routed[0]._pre_tool(ctx, routed[1])
-    return None
-
-
-def _on_post_tool(ctx: Any) -> str | None:
-    routed = _safe_route(ctx, "tool call", gate=False)
-    if routed is not None:
-        return routed[0]._post_tool(ctx)
-    return None
+    route.__name__ = route.__qualname__ = f"charter_{method.strip('_')}"
+    return route
 
 
 _ROUTERS: dict[str, Callable[[Any], Any]] = {
     "EXECUTION_START": _on_execution_start,
     "EXECUTION_END": _on_execution_end,
-    "PRE_STEP": _on_pre_step,
-    "POST_STEP": _on_post_step,
-    "PRE_MODEL_CALL": _on_pre_model,
-    "POST_MODEL_CALL": _on_post_model,
-    "PRE_TOOL_CALL": _on_pre_tool,
-    "POST_TOOL_CALL": _on_post_tool,
+    "PRE_STEP": _router("task", "_pre_task", gate=True),
+    "POST_STEP": _router("task", "_post_task", gate=False),
+    "PRE_MODEL_CALL": _router("model call", "_pre_model", gate=True),
+    "POST_MODEL_CALL": _router("model response", "_post_model", gate=False),
+    "PRE_TOOL_CALL": _router("tool call", "_pre_tool", gate=True),
+    "POST_TOOL_CALL": _router("tool result", "_post_tool", gate=False),
 }
 # Gates that should run after every hook registered before a kickoff, so that what Charter
 # judges is what runs (a later hook may still rewrite the call's input in place).
 _GATES_LAST = ("PRE_MODEL_CALL", "PRE_TOOL_CALL")
 
 
-def _register_routers(crewai: CrewAI) -> None:
+def _routers(crewai: CrewAI, register: bool) -> None:
     for name, router in _ROUTERS.items():
         point = getattr(crewai.point, name)
-        if router not in crewai.global_hooks(point):
+        if register and router not in crewai.global_hooks(point):
             crewai.register(point, router)
-
-
-def _unregister_routers(crewai: CrewAI) -> None:
-    for name, router in _ROUTERS.items():
-        point = getattr(crewai.point, name)
-        while router in crewai.global_hooks(point):
+        while not register and router in crewai.global_hooks(point):
             crewai.unregister(point, router)
 
 
@@ -338,8 +297,8 @@ def _move_gates_last(crewai: CrewAI) -> None:
 
 
 _LLM_HOOK_LISTS = (
-    ("before_llm_call_hooks", _on_pre_model),
-    ("after_llm_call_hooks", _on_post_model),
+    ("before_llm_call_hooks", _ROUTERS["PRE_MODEL_CALL"]),
+    ("after_llm_call_hooks", _ROUTERS["POST_MODEL_CALL"]),
 )
 
 
@@ -353,24 +312,19 @@ def _agents_of(target: Any, crewai: CrewAI) -> list[Any]:
     return list(unique.values())
 
 
-def _add_llm_hooks(agents: Iterable[Any]) -> None:
-    # An agent's executor copies the global model-call hooks once, when CrewAI creates it
-    # (at the agent's first task). An executor created before govern() never sees Charter's
-    # router unless it is added to its own lists.
+def _llm_hooks(agents: Iterable[Any], add: bool) -> None:
+    """Add Charter's model-call routers to (or remove them from) the agents' executors.
+
+    An agent's executor copies the global model-call hooks once, when CrewAI creates it (at
+    the agent's first task): one created before govern() never sees Charter's router unless
+    it is added to its own lists."""
     for agent in agents:
         executor = getattr(agent, "agent_executor", None)
         for attr, router in _LLM_HOOK_LISTS:
             hooks = getattr(executor, attr, None)
-            if isinstance(hooks, list) and router not in hooks:
+            if isinstance(hooks, list) and add and router not in hooks:
                 hooks.append(router)
-
-
-def _remove_llm_hooks(agents: Iterable[Any]) -> None:
-    for agent in agents:
-        executor = getattr(agent, "agent_executor", None)
-        for attr, router in _LLM_HOOK_LISTS:
-            hooks = getattr(executor, attr, None)
-            while isinstance(hooks, list) and router in hooks:
+            while isinstance(hooks, list) and not add and router in hooks:
                 hooks.remove(router)
 
 
@@ -427,7 +381,9 @@ class Governance:
     """Charter attached to one crew or agent; returned by `govern`.
 
     `target` is the crew or agent, `governor` the charter.Governor judging and recording its
-    steps, `task_ids` the Charter task ids of its most recent kickoffs (oldest first).
+    steps (through `gate`), `task_ids` the Charter task ids of its most recent kickoffs
+    (oldest first), `undecided` how many steps Charter could not judge (blocked under
+    fail_mode closed, run ungoverned under open; each reported as an internal error).
     `uninstall()` detaches Charter and closes a Governor that `govern` built; it is safe to
     call twice, and ``with govern(...):`` calls it on exit.
     """
@@ -435,29 +391,31 @@ class Governance:
     def __init__(
         self,
         target: Any,
-        governor: Governor,
+        gate: Gate,
         *,
         owns_governor: bool,
-        templates: TemplateSet | None,
         signature: tuple[Any, ...],
         crewai: CrewAI,
     ) -> None:
         self.target = target
-        self.governor = governor
+        self.gate = gate
         self._owns_governor = owns_governor
-        self._templates = templates
         self._signature = signature
         self._crewai = crewai
         self._installed = False
         self._lock = threading.Lock()
         self._opening = threading.Lock()
         self._task_ids: deque[str] = deque(maxlen=_TASK_IDS_KEPT)
-        self._tools: dict[int, _Tool] = {}
-        self._models: dict[int, _Model] = {}
-        self._tasks: dict[int, _TaskStep] = {}
+        self._tools: dict[int, _Open] = {}
+        self._models: dict[int, _Open] = {}
+        self._tasks: dict[int, _Open] = {}
         self.undecided = 0
 
     # -- state ----------------------------------------------------------------------------------
+
+    @property
+    def governor(self) -> Governor:
+        return self.gate.governor
 
     @property
     def installed(self) -> bool:
@@ -480,12 +438,6 @@ class Governance:
     def __exit__(self, *exc_info: object) -> None:
         self.uninstall()
 
-    def _fail_closed(self) -> bool:
-        try:
-            return bool(self.governor.runner.settings.fail_mode != "open")
-        except Exception:
-            return True
-
     def _track(self, obj: Any) -> None:
         """Route events of `obj` (the target, or a copy of it) here; caller holds _lock."""
         key = id(obj)
@@ -494,21 +446,19 @@ class Governance:
     # -- install / uninstall ----------------------------------------------------------------------
 
     def _install(self) -> None:
-        crewai = self._crewai
         with _lock:
             self._installed = True
             self._track(self.target)
             if self not in _active:
                 _active.append(self)
-            _register_routers(crewai)
         self._repair()
 
     def _repair(self) -> None:
         """Make sure every hook this installation relies on is in place (govern() twice)."""
         crewai = self._crewai
         with _lock:
-            _register_routers(crewai)
-        _add_llm_hooks(_agents_of(self.target, crewai))
+            _routers(crewai, register=True)
+        _llm_hooks(_agents_of(self.target, crewai), add=True)
         callbacks = getattr(self.target, "before_kickoff_callbacks", None)
         if isinstance(callbacks, list) and not any(
             getattr(c, "charter_governance", None) is self for c in callbacks
@@ -530,87 +480,84 @@ class Governance:
             for key, (_ref, governance) in list(_targets.items()):
                 if governance is self:
                     del _targets[key]
-            runs = []
-            for owner_runs in _runs.values():
-                run = owner_runs.pop(id(self), None)
-                if run is not None:
-                    runs.append(run)
+            runs = [r for o in _runs.values() if (r := o.pop(id(self), None)) is not None]
             if self in _active:
                 _active.remove(self)
             if not _active:
-                _unregister_routers(crewai)
+                _routers(crewai, register=False)
         try:
             callbacks = getattr(self.target, "before_kickoff_callbacks", None)
             if isinstance(callbacks, list):
                 callbacks[:] = [
                     c for c in callbacks if getattr(c, "charter_governance", None) is not self
                 ]
+            agents = _agents_of(self.target, crewai)
             with _lock:
-                keep = [
-                    a for a in _agents_of(self.target, crewai) if _route_agent_governed(a, crewai)
-                ]
-            _remove_llm_hooks(a for a in _agents_of(self.target, crewai) if a not in keep)
+                keep = [a for a in agents if _route_agent_governed(a, crewai)]
+            _llm_hooks([a for a in agents if a not in keep], add=False)
+            for run in runs:
+                self._finish(run, RuntimeError("charter_crewai was uninstalled while it ran"))
         except Exception as exc:
             _report(exc, "uninstalling")
-        for run in runs:
-            closing = RuntimeError("charter_crewai was uninstalled while this task was open")
-            self._finish(run, closing)
         if self._owns_governor:
             try:
                 self.governor.close()
             except Exception as exc:
                 _report(exc, "closing the governor")
 
-    # -- decisions --------------------------------------------------------------------------------
+    # -- deciding ---------------------------------------------------------------------------------
 
-    def _blocked(self, reason: str, result: Any = None) -> BaseException:
-        return self._crewai.aborted(reason, result)
+    def _abort(self, blocked: Blocked) -> BaseException:
+        step = blocked.step
+        return self._crewai.aborted(blocked.reason, blocked.result, step.name, step.kind)
 
-    def _undecided(self, exc: Exception, what: str) -> str | None:
-        """Charter could not decide on `what`: the block reason (closed), or None (open)."""
-        with self._lock:
-            self.undecided += 1
-        if self._fail_closed():
-            reason = _one_line(
-                f"blocked: Charter could not decide on {what} ({type(exc).__name__}: {exc}); "
-                "fail_mode is closed"
-            )
-            logger.error("charter_crewai: %s", reason, exc_info=exc)
-            return reason
-        logger.error(
-            "charter_crewai: allowed %s although Charter could not decide (%s: %s); fail_mode "
-            "is open",
-            what,
-            type(exc).__name__,
-            exc,
-            exc_info=exc,
-        )
-        return None
+    def _judge(
+        self, owner: Any, fallback: Step, build: Callable[[], Step], task: Any = None
+    ) -> tuple[_Run | None, Allowed | Blocked]:
+        """The Gate's decision on the step `build` describes, in `owner`'s run (opened now if
+        this is its first step). Never raises: a step that cannot be described is decided as
+        `fallback` by the one fail-mode rule."""
+        run: _Run | Blocked | None = None
+        try:
+            run = self._run_for(owner, task)
+            if isinstance(run, Blocked):
+                return None, run
+            if run is None:  # the task could not start under fail_mode open: ungoverned
+                decision: Allowed | Blocked | Pending = Allowed(None, "ungoverned", None)
+            else:
+                decision = self.gate.decide(build(), run.task_id)
+        except Exception as exc:
+            decision = self.gate.undecided(fallback, exc)
+        if isinstance(decision, Pending):  # only with pause=True; the approver answers here
+            decision = Blocked(decision.step, decision.request.reason, None)
+        if decision.result is None:
+            with self._lock:
+                self.undecided += 1
+        return (run if isinstance(run, _Run) else None), decision
 
-    def _begin(self, run: _Run, args: tr.StepArgs) -> StepHandle:
-        return self.governor.begin_step(
-            args.kind,
-            args.verb,
-            name=args.name,
-            input=args.input,
-            properties=args.properties,
-            task_id=run.task_id,
-        )
-
-    def _open_run(self, owner: Any, inputs: Any, closes_with_task: int | None) -> _Run:
-        name, task_input, props = tr.kickoff_task(owner, inputs, self._crewai.crew_type)
-        task_id = self.governor.start_task(name=name, input=task_input, properties=props)
-        run = _Run(self, weakref.ref(owner), task_id, closes_with_task)
+    def _open_run(
+        self, owner: Any, inputs: Any, closes_with_task: int | None
+    ) -> _Run | Blocked | None:
+        """Start the Charter task of a kickoff: its run, `Blocked` when it may not start, or
+        None when it could not start under fail_mode open (the Gate reported why)."""
+        crewai = self._crewai
+        name, task_input, props = tr.kickoff_task(owner, inputs, crewai.crew_type, "crewai")
+        try:
+            started = self.gate.start_task(None, name, task_input, props)
+        except Exception:
+            return None
+        if isinstance(started, Blocked):
+            return started
+        run = _Run(self, weakref.ref(owner), started, closes_with_task)
         with _lock:
             _runs.setdefault(id(owner), {})[id(self)] = run
         with self._lock:
-            self._task_ids.append(task_id)
+            self._task_ids.append(started)
         return run
 
-    def _run_for(self, owner: Any, task: Any = None) -> _Run:
+    def _run_for(self, owner: Any, task: Any = None) -> _Run | Blocked | None:
         """The open run of `owner`, opened now when this step is the first Charter sees (a
-        governed agent inside an ungoverned crew, or a task executed outside any kickoff).
-        Raises BlockedError when a policy blocks that task from starting."""
+        governed agent inside an ungoverned crew, or a task executed outside any kickoff)."""
         # One lock per governance: parallel first steps (native tool batches) open one task.
         with self._opening:
             with _lock:
@@ -636,151 +583,108 @@ class Governance:
                     "registry (clear_all_global_hooks()?); call charter_crewai.govern(...) again"
                 )
             _move_gates_last(crewai)
-            _add_llm_hooks(_agents_of(owner, crewai))
-            self._open_run(owner, getattr(ctx, "inputs", None), None)
-        except BlockedError as blocked:
-            raise self._blocked(blocked.reason, blocked.result) from None
+            _llm_hooks(_agents_of(owner, crewai), add=True)
+            decision: _Run | Allowed | Blocked | None
+            decision = self._open_run(owner, getattr(ctx, "inputs", None), None)
         except Exception as exc:
-            reason = self._undecided(exc, "the kickoff")
-            if reason is not None:
-                raise self._blocked(reason) from None
+            decision = self.gate.undecided(Step("task.start", None, "kickoff"), exc)
+        if isinstance(decision, Blocked):
+            raise self._abort(decision) from None
         _started.set(self)
 
     def _finish(self, run: _Run, error: BaseException | None, output: Any = None) -> None:
-        """End `run`: settle what is still open, then record task.end or task.error."""
+        """End `run`: settle what is still open, then record task.end or task.error (steps
+        left open are recorded as abandoned by the Gate)."""
         with self._lock:
-            tools = [k for k, v in self._tools.items() if v.run is run]
-            open_tools = [self._tools.pop(k) for k in tools]
-            models = [k for k, v in self._models.items() if v.run is run]
-            open_models = [self._models.pop(k) for k in models]
-            tasks = [k for k, v in self._tasks.items() if v.run is run]
-            open_tasks = [self._tasks.pop(k) for k in tasks]
-        for model in open_models:
+            left = {
+                name: [table.pop(k) for k, v in list(table.items()) if v.run is run]
+                for name, table in (("models", self._models), ("tasks", self._tasks))
+            }
+            for key in [k for k, v in self._tools.items() if v.run is run]:
+                del self._tools[key]
+        for model in left["models"]:
             self._settle_stale_model(model)
-        for step in open_tasks:
-            try:
-                if error is not None and isinstance(error, Exception):
-                    step.handle.fail(error)
-                else:
-                    step.handle.abandon()
-            except Exception as exc:
-                _report(exc, "recording an unfinished task")
-        for tool in open_tools:
-            try:
-                if tool.handle is not None and tool.handle.settled is None:
-                    tool.handle.abandon()
-            except Exception as exc:
-                _report(exc, "recording an unfinished tool call")
-        try:
-            summary = tr.kickoff_output(output) if error is None and output is not None else None
-            self.governor.end_task(run.task_id, error=error, output=summary)
-        except Exception as exc:
-            _report(exc, "recording the end of a kickoff")
+        if isinstance(error, Exception):
+            for step in left["tasks"]:
+                self.gate.fail(step.handle, error)
+        summary = tr.kickoff_output(output) if error is None and output is not None else None
+        self.gate.end_task(run.task_id, error, summary)
 
     # -- tasks ------------------------------------------------------------------------------------
 
     def _pre_task(self, ctx: Any, owner: Any) -> None:
-        try:
-            run = self._run_for(owner, ctx.task)
-            handle = self._begin(run, tr.task_step(ctx))
+        fallback = Step("step.self", "POST", tr.task_name(ctx.task) or "task")
+        run, decision = self._judge(owner, fallback, lambda: tr.task_step(self.gate, ctx), ctx.task)
+        if isinstance(decision, Blocked):
+            raise self._abort(decision)
+        if decision.handle is not None:
             with self._lock:
-                self._tasks[id(ctx.task)] = _TaskStep(ctx.task, handle, run)
-        except self._crewai.hook_aborted:
-            raise
-        except BlockedError as blocked:
-            raise self._blocked(blocked.reason, blocked.result) from None
-        except Exception as exc:
-            reason = self._undecided(exc, f"task {tr.task_name(ctx.task)!r}")
-            if reason is not None:
-                raise self._blocked(reason) from None
+                self._tasks[id(ctx.task)] = _Open(ctx.task, run, decision.handle)
 
-    def _post_task(self, ctx: Any) -> None:
-        try:
-            with self._lock:
-                step = self._tasks.get(id(ctx.task))
-                if step is None or step.task is not ctx.task:
-                    return
-                del self._tasks[id(ctx.task)]
-            step.handle.complete(tr.task_output(ctx.output))
-            if step.run.closes_with_task == id(ctx.task):
-                with _lock:
-                    owner_runs = _runs.get(id(step.run.owner()), {})
-                    if owner_runs.get(id(self)) is step.run:
-                        del owner_runs[id(self)]
-                self._finish(step.run, None)
-        except Exception as exc:
-            _report(exc, "recording a task's output")
+    def _post_task(self, ctx: Any, owner: Any) -> None:
+        with self._lock:
+            step = _take(self._tasks, ctx.task)
+        if step is None or step.run is None:
+            return
+        self.gate.complete(step.handle, tr.task_output(ctx.output))
+        if step.run.closes_with_task == id(ctx.task):
+            with _lock:
+                owner_runs = _runs.get(id(step.run.owner()), {})
+                if owner_runs.get(id(self)) is step.run:
+                    del owner_runs[id(self)]
+            self._finish(step.run, None)
 
     # -- model calls ------------------------------------------------------------------------------
 
     def _pre_model(self, ctx: Any, owner: Any) -> None:
         executor = getattr(ctx, "executor", None)
-        key_obj = executor if executor is not None else getattr(ctx, "messages", None)
-        key = id(key_obj)
-        try:
+        key = executor if executor is not None else getattr(ctx, "messages", None)
+        with self._lock:
+            current = self._models.get(id(key))
+            if current is not None and current.ctx is ctx:
+                return  # this very call is already gated (a router listed twice)
+            stale = self._models.pop(id(key), None)
+        if stale is not None:
+            self._settle_stale_model(stale)
+        before = self._usage(getattr(ctx, "llm", None))
+        fallback = Step("step.model", None, "model")
+        run, decision = self._judge(owner, fallback, lambda: tr.model_step(self.gate, ctx))
+        if isinstance(decision, Blocked):
+            raise self._abort(decision)
+        if decision.handle is not None:
+            count = len(ctx.messages) if isinstance(ctx.messages, list) else 0
             with self._lock:
-                current = self._models.get(key)
-                if current is not None and current.ctx is ctx:
-                    return  # this very call is already gated (a router listed twice)
-                stale = self._models.pop(key, None)
-            if stale is not None:
-                self._settle_stale_model(stale)
-            run = self._run_for(owner)
-            args, count = tr.model_step(ctx, run.seen.get(key, 0))
-            run.seen[key] = count
-            before = self._usage(ctx)
-            handle = self._begin(run, args)
-            with self._lock:
-                self._models[key] = _Model(key_obj, ctx, handle, before, ctx.llm, count, run)
-        except self._crewai.hook_aborted:
-            raise
-        except BlockedError as blocked:
-            raise self._blocked(blocked.reason, blocked.result) from None
-        except Exception as exc:
-            reason = self._undecided(exc, "a model call")
-            if reason is not None:
-                raise self._blocked(reason) from None
+                self._models[id(key)] = _Open(key, run, decision.handle, None, ctx, before, count)
 
-    def _usage(self, ctx: Any) -> dict[str, int] | None:
+    def _usage(self, llm: Any) -> dict[str, int] | None:
         try:
-            return tr.usage_of(getattr(ctx, "llm", None))
+            return tr.usage_of(llm)
         except Exception as exc:
             _report(exc, "reading token usage")
             return None
 
-    def _post_model(self, ctx: Any) -> None:
+    def _post_model(self, ctx: Any, owner: Any) -> None:
         executor = getattr(ctx, "executor", None)
-        key_obj = executor if executor is not None else getattr(ctx, "messages", None)
-        try:
-            with self._lock:
-                entry = self._models.get(id(key_obj))
-                if entry is None or entry.key is not key_obj:
-                    return
-                del self._models[id(key_obj)]
+        key = executor if executor is not None else getattr(ctx, "messages", None)
+        with self._lock:
+            entry = _take(self._models, key)
+        if entry is not None:
             self._complete_model(entry, {"response": getattr(ctx, "response", None)})
-        except Exception as exc:
-            _report(exc, "recording a model response")
 
-    def _complete_model(self, entry: _Model, output: dict[str, Any]) -> None:
-        try:
-            usage = tr.usage_delta(entry.usage_before, tr.usage_of(entry.llm))
-        except Exception as exc:
-            _report(exc, "reading token usage")
-            usage = {}
-        if not usage:
-            entry.handle.complete(output)
-            return
-        output["usage"] = usage
-        # Known only after the call: the outcome's properties carry it, where budget policies
-        # read it (properties.model.usage.total_tokens).
-        entry.handle.complete(output, properties={"model": {"usage": usage}})
+    def _complete_model(self, entry: _Open, output: dict[str, Any]) -> None:
+        # Usage is known only after the call: the outcome's properties carry it, where budget
+        # policies read it (properties.model.usage.total_tokens).
+        usage = tr.usage_delta(entry.usage, self._usage(getattr(entry.ctx, "llm", None)))
+        if usage:
+            output["usage"] = usage
+        self.gate.complete(entry.handle, output, properties=tr.model_properties(usage))
 
-    def _settle_stale_model(self, entry: _Model) -> None:
+    def _settle_stale_model(self, entry: _Open) -> None:
         """A model call CrewAI never reported back: native tool calls (CrewAI runs no
         after-model hooks for them) are completed with the calls; anything else (the call
         raised) is recorded as abandoned."""
         try:
-            if entry.handle.settled is not None:
+            if entry.handle is None or entry.handle.settled is not None:
                 return
             messages = getattr(entry.key, "messages", entry.key)
             later = list(messages)[entry.count :] if isinstance(messages, list) else []
@@ -788,7 +692,7 @@ class Governance:
             if calls:
                 self._complete_model(entry, {"tool_calls": calls})
             else:
-                entry.handle.abandon()
+                self.gate.abandon(entry.handle)
         except Exception as exc:
             _report(exc, "recording a model call")
 
@@ -796,66 +700,42 @@ class Governance:
 
     def _pre_tool(self, ctx: Any, owner: Any) -> None:
         tool_input = getattr(ctx, "tool_input", None)
-        key = id(tool_input)
         with self._lock:
-            current = self._tools.get(key)
-            if current is not None and current.tool_input is tool_input:
-                if current.reason is not None:
-                    raise self._blocked(current.reason)
-                return  # this very call is already gated (a router listed twice)
+            current = self._tools.get(id(tool_input))
+        if current is not None and current.key is tool_input:
+            if current.blocked is not None:
+                raise self._abort(current.blocked)
+            return  # this very call is already gated (a router listed twice)
         # Native tool calls get no after-model hook: settle the call that asked for this tool
         # now, so the trail lists the model step before the tools it requested.
         executor = getattr(getattr(ctx, "agent", None), "agent_executor", None)
         if executor is not None:
             with self._lock:
-                asked = self._models.get(id(executor))
-                if asked is not None and asked.key is executor:
-                    del self._models[id(executor)]
-                else:
-                    asked = None
+                asked = _take(self._models, executor)
             if asked is not None:
                 self._settle_stale_model(asked)
-        run: _Run | None = None
-        try:
-            run = self._run_for(owner)
-            args = tr.tool_step(ctx, self._templates)
-            handle = self._begin(run, args)
-        except self._crewai.hook_aborted:
-            raise
-        except BlockedError as blocked:
-            self._remember_tool(key, _Tool(tool_input, None, blocked.reason, run))
-            raise self._blocked(blocked.reason, blocked.result) from None
-        except Exception as exc:
-            name = tr.text(getattr(ctx, "tool_name", None)) or "unnamed_tool"
-            reason = self._undecided(exc, f"tool {name!r}")
-            if reason is not None:
-                self._remember_tool(key, _Tool(tool_input, None, reason, run))
-                raise self._blocked(reason) from None
-            return
-        self._remember_tool(key, _Tool(tool_input, handle, None, run))
-
-    def _remember_tool(self, key: int, entry: _Tool) -> None:
-        with self._lock:
-            self._tools[key] = entry
-
-    def _post_tool(self, ctx: Any) -> str | None:
-        tool_input = getattr(ctx, "tool_input", None)
-        try:
+        name = tr.text(getattr(ctx, "tool_name", None)) or "unnamed_tool"
+        fallback = Step("step.unknown", None, name)
+        run, decision = self._judge(owner, fallback, lambda: tr.tool_step(self.gate, ctx))
+        blocked = decision if isinstance(decision, Blocked) else None
+        handle = decision.handle if isinstance(decision, Allowed) else None
+        if blocked is not None or handle is not None:
             with self._lock:
-                entry = self._tools.get(id(tool_input))
-                if entry is None or entry.tool_input is not tool_input:
-                    return None
-                del self._tools[id(tool_input)]
-            if entry.reason is not None:
-                return tr.blocked_observation(ctx, entry.reason)
-            if entry.handle is None:
-                return None
-            if tr.blocked_elsewhere(ctx):
-                entry.handle.abandon()  # another hook refused it: it never ran
-            else:
-                entry.handle.complete(tr.tool_output(ctx))
-        except Exception as exc:
-            _report(exc, "recording a tool result")
+                self._tools[id(tool_input)] = _Open(tool_input, run, handle, blocked)
+        if blocked is not None:
+            raise self._abort(blocked)
+
+    def _post_tool(self, ctx: Any, owner: Any) -> str | None:
+        with self._lock:
+            entry = _take(self._tools, getattr(ctx, "tool_input", None))
+        if entry is None:
+            return None
+        if entry.blocked is not None:
+            return tr.blocked_observation(ctx, entry.blocked.reason)
+        if tr.blocked_elsewhere(ctx):
+            self.gate.abandon(entry.handle)  # another hook refused it: it never ran
+        else:
+            self.gate.complete(entry.handle, tr.tool_output(ctx))
         return None
 
 
@@ -872,16 +752,6 @@ def _route_agent_governed(agent: Any, crewai: CrewAI) -> bool:
         return True
     crew = getattr(agent, "crew", None)
     return isinstance(crew, crewai.crew_type) and _alive_entry(crew) is not None
-
-
-def _signature(
-    governor: Governor | None, approver: Any, settings: dict[str, Any]
-) -> tuple[Any, ...]:
-    return (
-        id(governor) if governor is not None else None,
-        id(approver) if approver is not None else None,
-        tuple(sorted((k, repr(v)) for k, v in settings.items())),
-    )
 
 
 def govern(
@@ -909,13 +779,11 @@ def govern(
         raise TypeError(
             f"govern() takes a crewai.Crew or a crewai Agent, not {type(target).__name__}"
         )
-    if governor is not None and (settings or approver is not None):
-        extra = [*settings, *(["approver"] if approver is not None else [])]
-        raise ValueError(
-            "pass either governor= or the Governor's keywords (approver=, policy_file=, ...), "
-            f"not both (got governor= and {', '.join(extra)}=)"
-        )
-    signature = _signature(governor, approver, settings)
+    signature = (
+        id(governor) if governor is not None else None,
+        id(approver) if approver is not None else None,
+        tuple(sorted((k, repr(v)) for k, v in settings.items())),
+    )
     with _lock:
         existing = _alive_entry(target)
     if existing is not None and existing.target is target:
@@ -926,22 +794,15 @@ def govern(
             )
         existing._repair()
         return existing
+    gate = Gate("crewai", governor=governor, approver=approver, **settings)
     owns = governor is None
-    gov = governor if governor is not None else Governor(approver=approver, **settings)
     try:
-        location = gov.runner.settings.template_location
-        templates = load_templates(location) if location else None
         governance = Governance(
-            target,
-            gov,
-            owns_governor=owns,
-            templates=templates,
-            signature=signature,
-            crewai=crewai,
+            target, gate, owns_governor=owns, signature=signature, crewai=crewai
         )
         governance._install()
     except BaseException:
         if owns:
-            gov.close()
+            gate.governor.close()
         raise
     return governance

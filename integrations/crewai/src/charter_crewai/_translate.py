@@ -1,37 +1,34 @@
-"""CrewAI hook contexts in, Charter step arguments out: pure functions, no state, no I/O.
+"""CrewAI hook contexts in, `charter.integration.Step` out: pure functions, no state, no I/O.
 
 Each function reads a CrewAI hook context (duck-typed: CrewAI builds a new one per dispatch)
-and returns what the Governor needs. Payloads stay plain Python values; the Governor captures
-them to I-JSON.
+and describes it with the contract's builders, so a crew's steps carry the same property
+paths as every other framework's: ``properties.tool.*``, ``properties.model.*``, and CrewAI's
+own names (agent role, task, crew) under ``properties.framework.*``.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from charter_templates import TemplateSet, resolve
-
-INTEGRATION = "crewai"
+from charter.integration import (
+    ROLES,
+    Gate,
+    Step,
+    chat_message,
+    model_outcome,
+    node_step,
+    usage,
+)
+from charter.integration import model_step as build_model_step
 
 # CrewAI's own observation for a call a before-tool hook refused (both tool-calling paths).
 CREWAI_BLOCKED_PREFIX = "Tool execution blocked by hook."
-
-# Message fields worth keeping in a model step's input; others (files, cache hints, provider
-# parts) are transport detail.
-_MESSAGE_FIELDS = ("role", "content", "name", "tool_call_id", "tool_calls")
-
-
-@dataclass(frozen=True, slots=True)
-class StepArgs:
-    """One step to gate: the Governor's begin_step arguments."""
-
-    kind: str
-    verb: str | None
-    name: str
-    input: dict[str, Any]
-    properties: dict[str, Any]
+# CrewAI's ReAct loop appends a tool's result to the model's own message after this marker.
+_OBSERVATION = "\nObservation:"
+# Provider roles outside the contract's four; anything else unknown counts as a tool's output.
+_ROLE = {"developer": "system", "function": "tool"}
 
 
 def text(value: Any) -> str | None:
@@ -54,23 +51,56 @@ def crew_name(crew: Any) -> str | None:
 
 
 def where(agent: Any, task: Any, crew: Any) -> dict[str, Any]:
-    """The ``properties.crewai`` group: which agent, task and crew a step belongs to."""
-    found = {
-        "agent_role": agent_role(agent),
-        "task": task_name(task),
-        "crew": crew_name(crew),
-    }
-    return {k: v for k, v in found.items() if v is not None}
+    """CrewAI's ids of a step (``properties.framework``): its agent, task and crew."""
+    return {"agent_role": agent_role(agent), "task": task_name(task), "crew": crew_name(crew)}
 
 
-def tool_step(ctx: Any, templates: TemplateSet | None) -> StepArgs:
+def _function(call: Any) -> tuple[Any, Any, Any]:
+    """(id, name, parsed arguments) of an OpenAI-style tool call."""
+    if not isinstance(call, Mapping):
+        return None, None, None
+    fn = call.get("function")
+    fn = fn if isinstance(fn, Mapping) else call
+    args = fn.get("arguments", fn.get("args"))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except ValueError:
+            pass
+    return call.get("id"), fn.get("name"), args
+
+
+def tool_calls_in(messages: list[Any]) -> list[dict[str, Any]]:
+    """The tool calls of the last assistant message among `messages` (native calling)."""
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == "assistant":
+            calls = message.get("tool_calls")
+            return list(calls) if isinstance(calls, list) else []
+    return []
+
+
+def call_id(ctx: Any, name: str, args: dict[str, Any]) -> str | None:
+    """The id of the native tool call this hook runs: the one call of the agent's last
+    model turn with this name and these arguments (None on the ReAct path, or if unclear)."""
+    executor = getattr(getattr(ctx, "agent", None), "agent_executor", None)
+    messages = getattr(executor, "messages", None)
+    calls = tool_calls_in(messages) if isinstance(messages, list) else []
+    found = [i for i, n, a in map(_function, calls) if n == name and a == args]
+    return found[0] if len(found) == 1 and isinstance(found[0], str) else None
+
+
+def tool_step(gate: Gate, ctx: Any) -> Step:
     """A tool call: the templates map its name (and string args) to kind, verb and effect."""
     name = text(getattr(ctx, "tool_name", None)) or "unnamed_tool"
     raw = getattr(ctx, "tool_input", None)
     args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {"input": raw}
-    kind, verb, properties, _effect = resolve(INTEGRATION, name, args, overrides=templates)
-    properties["crewai"] = where(ctx.agent, ctx.task, ctx.crew)
-    return StepArgs(kind, verb, name, args, properties)
+    return gate.tool_step(
+        name,
+        args,
+        call_id=call_id(ctx, name, args),
+        description=text(getattr(getattr(ctx, "tool", None), "description", None)),
+        ids=where(ctx.agent, ctx.task, ctx.crew),
+    )
 
 
 def tool_output(ctx: Any) -> dict[str, Any]:
@@ -91,37 +121,67 @@ def blocked_observation(ctx: Any, reason: str) -> str:
     return f"{base}\nReason: {reason}"
 
 
-def message_summary(message: Any) -> dict[str, Any]:
-    if isinstance(message, Mapping):
-        return {k: message[k] for k in _MESSAGE_FIELDS if message.get(k) is not None}
-    return {"content": message}
+def messages(raw: Any) -> list[dict[str, Any]]:
+    """CrewAI's messages as ``[{role, content, ...}]``. A ReAct turn CrewAI extended with
+    ``Observation: <result>`` becomes the model's turn followed by the tool's message."""
+    out: list[dict[str, Any]] = []
+    for m in raw if isinstance(raw, list | tuple) else ():
+        if not isinstance(m, Mapping):
+            out.append(chat_message("user", m))
+            continue
+        role = str(m.get("role"))
+        role = _ROLE.get(role, role if role in ROLES else "tool")
+        content = m.get("content")
+        if role == "assistant" and isinstance(content, str) and _OBSERVATION in content:
+            turn, _, observed = content.partition(_OBSERVATION)
+            out += [chat_message("assistant", turn), chat_message("tool", observed.strip())]
+            continue
+        calls = [
+            {"id": i, "name": n, "args": a}
+            for i, n, a in map(_function, m.get("tool_calls") or ())
+            if n is not None
+        ]
+        out.append(
+            chat_message(
+                role,
+                content,
+                name=text(m.get("name")),
+                tool_calls=calls,
+                tool_call_id=text(m.get("tool_call_id")),
+            )
+        )
+    return out
 
 
-def model_step(ctx: Any, seen: int) -> tuple[StepArgs, int]:
-    """A model call, and the message count to remember for the next call of the same agent.
-
-    The input carries the messages added since that agent's previous model call (all of them
-    on the first), so the trail holds the whole conversation once instead of once per call.
-    """
-    messages = getattr(ctx, "messages", None)
-    messages = list(messages) if isinstance(messages, list | tuple) else []
-    start = seen if 0 <= seen <= len(messages) else 0
+def model_step(gate: Gate, ctx: Any) -> Step:
+    """A model call: the messages new since the model's last turn, and the model's names."""
     llm = getattr(ctx, "llm", None)
     model = text(getattr(llm, "model", None)) or text(llm) or "unknown_model"
-    props: dict[str, Any] = {"model": {"name": model}}
-    provider = text(getattr(llm, "provider", None))
-    if provider is not None:
-        props["model"]["provider"] = provider
-    crewai = where(ctx.agent, ctx.task, ctx.crew)
+    params = {
+        k: v
+        for k in ("temperature", "max_tokens")
+        if isinstance(v := getattr(llm, k, None), int | float)
+    }
+    agent = getattr(ctx, "agent", None)
+    tools = [t for t in (text(getattr(t, "name", None)) for t in _tools(agent)) if t]
+    ids = where(agent, ctx.task, ctx.crew)
     iterations = getattr(ctx, "iterations", None)
     if type(iterations) is int:
-        crewai["iteration"] = iterations
-    props["crewai"] = crewai
-    step_input = {
-        "message_count": len(messages),
-        "messages": [message_summary(m) for m in messages[start:]],
-    }
-    return StepArgs("step.model", None, model, step_input, props), len(messages)
+        ids["iteration"] = iterations
+    return build_model_step(
+        gate.framework,
+        model,
+        messages(getattr(ctx, "messages", None)),
+        provider=text(getattr(llm, "provider", None)),
+        params=params,
+        tools=tools,
+        ids=ids,
+    )
+
+
+def _tools(agent: Any) -> list[Any]:
+    tools = getattr(agent, "tools", None)
+    return list(tools) if isinstance(tools, list) else []
 
 
 def usage_of(llm: Any) -> dict[str, int] | None:
@@ -142,22 +202,20 @@ def usage_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> 
     return delta if any(delta.values()) else {}
 
 
-def tool_calls_in(messages: list[Any]) -> list[dict[str, Any]]:
-    """The tool calls of the last assistant message among `messages` (native calling)."""
-    for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
-            calls = message.get("tool_calls")
-            return list(calls) if isinstance(calls, list) else []
-    return []
+def model_properties(delta: dict[str, int]) -> dict[str, Any] | None:
+    """A call's token usage at ``properties.model.usage`` (input, output, total tokens)."""
+    counts = usage(
+        delta.get("prompt_tokens"), delta.get("completion_tokens"), delta.get("total_tokens")
+    )
+    return model_outcome(usage=counts)
 
 
-def task_step(ctx: Any) -> StepArgs:
+def task_step(gate: Gate, ctx: Any) -> Step:
     """A CrewAI task starting: a step.self boundary around the agent's work on it.
 
     POST: the agent takes on a unit of work of its own (the verb step.self needs).
     """
-    task = ctx.task
-    agent = ctx.agent
+    task, agent = ctx.task, ctx.agent
     definition = {
         "name": text(getattr(task, "name", None)),
         "description": text(getattr(task, "description", None)),
@@ -165,11 +223,16 @@ def task_step(ctx: Any) -> StepArgs:
         "agent_role": agent_role(agent),
         "async_execution": getattr(task, "async_execution", None) is True,
     }
-    props = {"task": {k: v for k, v in definition.items() if v is not None}}
     crew = getattr(agent, "crew", None)
-    props["crewai"] = where(agent, None, crew if not isinstance(crew, str) else None)
-    name = text(getattr(ctx, "step_name", None)) or task_name(task) or "task"
-    return StepArgs("step.self", "POST", name, {"context": ctx.payload}, props)
+    return node_step(
+        gate.framework,
+        text(getattr(ctx, "step_name", None)) or task_name(task) or "task",
+        {"context": ctx.payload},
+        kind="step.self",
+        verb="POST",
+        properties={"task": {k: v for k, v in definition.items() if v is not None}},
+        ids=where(agent, None, crew if not isinstance(crew, str) else None),
+    )
 
 
 def task_output(output: Any) -> dict[str, Any]:
@@ -182,23 +245,26 @@ def task_output(output: Any) -> dict[str, Any]:
     return result if result else {"value": output}
 
 
-def kickoff_task(owner: Any, inputs: Any, crew_type: type) -> tuple[str, Any, dict[str, Any]]:
+def kickoff_task(
+    owner: Any, inputs: Any, crew_type: type, framework: str
+) -> tuple[str, Any, dict[str, Any]]:
     """(name, input, properties) of the Charter task one kickoff becomes."""
     if isinstance(owner, crew_type):
         agents = [agent_role(a) for a in getattr(owner, "agents", None) or []]
         process = getattr(owner, "process", None)
-        props = {
-            "crewai": {
-                "crew": crew_name(owner),
-                "crew_id": str(getattr(owner, "id", "")),
-                "process": getattr(process, "value", None) or text(process),
-                "agents": [a for a in agents if a is not None],
-                "tasks": len(getattr(owner, "tasks", None) or []),
-            }
+        ids = {
+            "crew": crew_name(owner),
+            "crew_id": str(getattr(owner, "id", "")),
+            "process": getattr(process, "value", None) or text(process),
+            "agents": [a for a in agents if a is not None],
+            "tasks": len(getattr(owner, "tasks", None) or []),
         }
-        return crew_name(owner) or "crew", inputs, props
-    role = agent_role(owner)
-    return role or "agent", inputs, {"crewai": {"agent_role": role, "standalone": True}}
+        name = crew_name(owner) or "crew"
+    else:
+        ids = {"agent_role": agent_role(owner), "standalone": True}
+        name = agent_role(owner) or "agent"
+    found = {k: v for k, v in ids.items() if v is not None}
+    return name, inputs, {"framework": {"name": framework, **found}}
 
 
 def kickoff_output(output: Any) -> dict[str, Any]:
