@@ -13,7 +13,7 @@ nox.options.sessions = ["lint", "types", "tests"]
 nox.options.default_venv_backend = "uv"
 
 # Directories holding Python sources and tests, checked by ruff.
-SOURCES = ["core", "packages", "integrations", "examples", "bench", "noxfile.py"]
+SOURCES = ["core", "packages", "integrations", "tests", "examples", "bench", "noxfile.py"]
 
 
 @nox.session(venv_backend="none")

@@ -98,14 +98,15 @@ def main() -> None:
         for message in paused["messages"]:
             if message.type == "tool":
                 print(f"tool {message.name}: {message.content}")
-        question = paused["__interrupt__"][0].value
-        print(f"\npaused: {question['step']['kind']} {question['step']['verb']}")
-        print(f"  step {question['step']['name']!r}: {question['reason']}")
+        # One request for every pending action, in HumanInTheLoopMiddleware's shape.
+        (action,) = paused["__interrupt__"][0].value["action_requests"]
+        print(f"\npaused: {action['charter']['kind']} {action['charter']['verb']}")
+        print(f"  step {action['name']!r}: {action['description']}")
 
         answer = charter_langgraph.approve(
-            by="alice", why="quarterly cleanup", digest=question["step"]["digest"]
+            by="alice", why="quarterly cleanup", digest=action["charter"]["digest"]
         )
-        done = graph.invoke(Command(resume=answer), config)
+        done = graph.invoke(Command(resume={"decisions": [answer]}), config)
         print(f"\nfinal message: {done['messages'][-1].content}")
 
         governor = charter_langgraph.governor_of(graph)

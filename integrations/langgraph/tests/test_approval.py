@@ -60,17 +60,23 @@ def test_approve_runs_the_node_and_records_a_gate_bound_to_its_input(
 
     assert ran == ["prepare"]
     (question,) = paused["__interrupt__"]
-    asked = question.value
-    assert asked["step"] == {
-        "name": "pay",
+    # One HumanInTheLoopMiddleware-shaped request; Charter's facts under each action's charter.
+    (asked,) = question.value["action_requests"]
+    assert question.value["review_configs"] == [
+        {"action_name": "pay", "allowed_decisions": ["approve", "reject"]}
+    ]
+    assert (asked["name"], asked["args"]) == ("pay", {"amount": 40, "rounds": 1})
+    digest = charter.canonical_digest({"amount": 40, "rounds": 1})
+    assert asked["charter"] == {
         "kind": "step.resource",
         "verb": "POST",
-        "input": {"amount": 40, "rounds": 1},
-        "digest": charter.canonical_digest({"amount": 40, "rounds": 1}),
+        "policies": ["posts-need-approval"],
+        "tool_call_id": None,
+        "digest": digest,
     }
-    assert asked["reason"].startswith("approval required by policy 'posts-need-approval'")
+    assert asked["description"].startswith("approval required by policy 'posts-need-approval'")
 
-    approval = charter_langgraph.approve(by="alice", why="ok", digest=asked["step"]["digest"])
+    approval = charter_langgraph.approve(by="alice", why="ok", digest=digest)
     out = graph.invoke(Command(resume=approval), thread("approve"))
 
     assert out["note"] == "paid 40" and ran == ["prepare", "pay"]
@@ -84,8 +90,9 @@ def test_approve_runs_the_node_and_records_a_gate_bound_to_its_input(
     ]
     gate, pay = records[2], records[3]
     assert gate["output"] == {"decision": "pass", "by": "alice", "why": "ok"}
-    assert gate["properties"]["gate"]["digest"] == asked["step"]["digest"]
-    assert gate["properties"]["gate"]["action_id"] == pay["action_id"]
+    assert gate["properties"]["gate"]["digest"] == digest == charter.canonical_digest(pay["input"])
+    assert gate["properties"]["gate"]["step_name"] == pay["step_name"] == "pay"
+    assert gate["seq"] < pay["seq"]
     assert gate["properties"]["gate"]["policies"] == ["posts-need-approval"]
 
 
@@ -151,7 +158,7 @@ def test_each_run_of_a_node_needs_its_own_approval(settings, governors, trail, l
 
     # The first approval was used up by the first payment: the second one asks again.
     assert ran == ["prepare", "pay", "prepare"]
-    assert second["__interrupt__"][0].value["step"]["input"] == {
+    assert second["__interrupt__"][0].value["action_requests"][0]["args"] == {
         "amount": 5,
         "rounds": 2,
         "note": "paid 5",
@@ -178,7 +185,7 @@ def test_the_gate_is_idempotent_when_the_node_pauses_again_itself(settings, gove
     config = thread("twice-paused")
 
     first = graph.invoke({"amount": 1, "rounds": 0}, config)
-    assert first["__interrupt__"][0].value["type"] == charter_langgraph.PAYLOAD_TYPE
+    assert first["__interrupt__"][0].value["action_requests"][0]["name"] == "pay"
     second = graph.invoke(Command(resume=charter_langgraph.approve(by="ann")), config)
     # The node's own question comes next; Charter's answer did not leak into it.
     assert second["__interrupt__"][0].value == {"question": "memo for the payment?"}
@@ -302,7 +309,7 @@ def test_resume_after_a_restart_continues_the_task_and_needs_a_fresh_approval(
     assert out["note"] == "paid 10" and ran == ["prepare", "pay", "prepare", "pay"]
     records = trail()
     assert len({r["task_id"] for r in records}) == 1  # one task across both processes
-    assert records[0]["properties"]["langgraph"]["thread_id"] == "order/42"
+    assert records[0]["properties"]["framework"]["thread_id"] == "order/42"
     assert [r["seq"] for r in records] == list(range(1, len(records) + 1))
     assert lg.steps(records) == [
         ("task.start", "LangGraph", None),
@@ -376,7 +383,7 @@ def test_a_paused_task_closed_as_idle_is_continued_by_a_new_task(audit, governor
         "LangGraph",
         None,
     )
-    assert second[0]["properties"]["langgraph"]["continues"] == first_task
+    assert second[0]["properties"]["framework"]["continues"] == first_task
     assert lg.steps(second)[1:] == [
         ("step.gate", "approval", None),
         ("step.resource", "pay", "ok"),

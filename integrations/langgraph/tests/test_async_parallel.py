@@ -129,7 +129,8 @@ def test_async_tool_node_and_async_approval(settings, governors, trail, lg):
     config = {"configurable": {"thread_id": "async-tools"}}
 
     paused = run(graph.ainvoke({"messages": [HumanMessage("go")]}, config))
-    assert ran == [] and paused["__interrupt__"][0].value["step"]["name"] == "write_file"
+    (asked,) = paused["__interrupt__"][0].value["action_requests"]
+    assert ran == [] and asked["name"] == "write_file"
     out = run(graph.ainvoke(Command(resume=charter_langgraph.approve(by="ivy")), config))
 
     assert ran == ["write a"]

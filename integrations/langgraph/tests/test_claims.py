@@ -1,13 +1,18 @@
-"""The marker other integrations read (without importing this package) to avoid double
-records: a plain LangChain callback handler sees, on every run of a governed graph, the
-task it belongs to, and on exactly the runs charter-langgraph gated, that they are gated."""
+"""What other integrations see (without importing this package) to avoid double records:
+the core claim (`charter.integration.current_claim()`) on exactly the runs charter-langgraph
+gated, from inside LangGraph's executor threads and async tasks, and the task in the run
+metadata and the thread's checkpoints."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from typing import Annotated, Any, TypedDict
 from uuid import UUID
 
 import charter_langgraph
+import pytest
+from charter.integration import current_claim
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.tools import tool
@@ -17,32 +22,25 @@ from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
 
 
-def already_gated(event: str, name: str | None, metadata: dict[str, Any], call_id: Any) -> bool:
-    """The rule a callback handler follows: skip a run charter-langgraph gated itself."""
-    marker = metadata.get("charter_gated")
-    if event == "chain" and name is not None and name == metadata.get("langgraph_node"):
-        return marker == f"node:{name}"
-    if event == "tool" and call_id is not None:
-        return marker == f"tool:{call_id}"
-    return False
-
-
 class Recorder(BaseCallbackHandler):
-    """A plain handler: notes each run's kind, name, task marker and whether it is gated."""
+    """A plain handler: notes each run's kind, name, task metadata and the claim it sees."""
 
     def __init__(self) -> None:
         self.runs: list[dict[str, Any]] = []
 
-    def _note(self, event: str, name: Any, metadata: Any, call_id: Any = None, **_: Any) -> None:
+    def _note(self, event: str, name: Any, metadata: Any, call_id: Any = None) -> None:
         metadata = dict(metadata or {})
+        held = current_claim()
         self.runs.append(
             {
                 "event": event,
                 "name": name,
                 "task": metadata.get("charter_task_id"),
                 "agent": metadata.get("charter_agent_id"),
-                "gated": already_gated(event, name, metadata, call_id),
                 "call_id": call_id,
+                "claim": held,
+                "taken": held is not None and held.take(event, call_id, name),
+                "thread": threading.get_ident(),
             }
         )
 
@@ -63,9 +61,7 @@ class Recorder(BaseCallbackHandler):
         self._note("tool", name, metadata, kw.get("tool_call_id"))
 
 
-def test_a_plain_callback_handler_sees_the_task_and_exactly_the_gated_runs(
-    settings, governors, trail, lg
-):
+def chat_graph(lg: Any, settings: dict[str, Any], saver: InMemorySaver, asynchronous: bool) -> Any:
     class Chat(TypedDict):
         messages: Annotated[list[AnyMessage], add_messages]
 
@@ -88,36 +84,60 @@ def test_a_plain_callback_handler_sees_the_task_and_exactly_the_gated_runs(
     def agent(state: Chat) -> dict[str, Any]:
         return {"messages": [model.invoke(state["messages"])]}
 
+    async def aagent(state: Chat) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
     builder = StateGraph(Chat)
-    builder.add_node("agent", agent)
+    builder.add_node("agent", aagent if asynchronous else agent)
     builder.add_node("tools", ToolNode([lookup]))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
-    saver = InMemorySaver()
-    graph = charter_langgraph.govern(builder, **settings).compile(checkpointer=saver)
-    governors.append(charter_langgraph.governor_of(graph))
-    recorder = Recorder()
-    config = {"configurable": {"thread_id": "marker"}, "callbacks": [recorder]}
+    return charter_langgraph.govern(builder, **settings).compile(checkpointer=saver)
 
-    graph.invoke({"messages": [HumanMessage("find a and b")]}, config)
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_callback_handler_sees_the_claim_on_exactly_the_gated_steps(
+    settings, governors, trail, lg, asynchronous
+):
+    saver = InMemorySaver()
+    graph = chat_graph(lg, settings, saver, asynchronous)
+    governor = charter_langgraph.governor_of(graph)
+    governors.append(governor)
+    recorder = Recorder()
+    config = {"configurable": {"thread_id": f"claims-{asynchronous}"}, "callbacks": [recorder]}
+
+    state = {"messages": [HumanMessage("find a and b")]}
+    if asynchronous:
+        asyncio.run(graph.ainvoke(state, config))
+    else:
+        graph.invoke(state, config)
 
     records = trail()
     task_id = records[0]["task_id"]
     # Every run of the graph run, root included, names its Charter task and agent.
     assert {(r["task"], r["agent"]) for r in recorder.runs} == {(task_id, "graph-bot")}
-    claimed = sorted((r["event"], r["name"], r["call_id"]) for r in recorder.runs if r["gated"])
-    assert claimed == [
-        ("chain", "agent", None),
-        ("chain", "agent", None),
-        ("chain", "tools", None),
-        ("tool", "lookup", "t1"),
-        ("tool", "lookup", "t2"),
-    ]
-    # The model calls inside the node are not gated here: a handler may record them.
+    # Each tool call runs under its own claim (on ToolNode's executor threads under invoke),
+    # which a handler takes once: it neither gates nor records the call again.
+    tools = [r for r in recorder.runs if r["event"] == "tool"]
+    assert sorted(r["call_id"] for r in tools) == ["t1", "t2"]
+    for run in tools:
+        held = run["claim"]
+        assert (held.kind, held.call_id, held.name) == ("tool", run["call_id"], "lookup")
+        assert held.governor is governor and held.task_id == task_id and run["taken"]
+    if not asynchronous:
+        assert len({r["thread"] for r in tools} - {threading.get_ident()}) >= 1
+    # The model calls run inside the agent node's claim: not claimed as models (a handler
+    # records them), but into this task.
     models = [r for r in recorder.runs if r["event"] == "model"]
-    assert len(models) == 2 and not any(r["gated"] for r in models)
-    # What was claimed is what charter-langgraph recorded (the ToolNode by its calls).
+    assert len(models) == 2
+    for run in models:
+        held = run["claim"]
+        assert (held.kind, held.name, held.task_id) == ("node", "agent", task_id)
+        assert not run["taken"]
+    # Outside the gated steps (the graph's own runs) there is no claim.
+    assert recorder.runs[0]["event"] == "chain" and recorder.runs[0]["claim"] is None
+    assert current_claim() is None
     recorded = sorted(r["step_name"] for r in records if r["kind"].startswith("step."))
     assert recorded == ["agent", "agent", "lookup", "lookup"]
     # The task id is in the thread's checkpoints too: that is how a resume finds it.

@@ -71,7 +71,7 @@ def test_allowed_nodes_run_and_each_is_one_recorded_step(settings, governors, tr
     fetch = records[1]
     assert fetch["input"] == {"count": 1, "log": []}
     assert fetch["output"] == {"count": 2, "log": ["fetched"]}
-    assert fetch["properties"]["langgraph"] == {"node": "fetch", "step": 1}
+    assert fetch["properties"]["framework"] == {"name": "langgraph", "node": "fetch", "step": 1}
     assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
 
 
@@ -283,18 +283,18 @@ def test_config_runtime_store_and_writer_are_still_injected(settings, governors,
 def test_nodes_added_after_govern_are_governed_too(settings, governors, trail, lg):
     ran: list[str] = []
     builder = StateGraph(State)
-    governed = charter_langgraph.govern(builder, **settings)
-    assert governed is builder and isinstance(governed, StateGraph)
+    handle = charter_langgraph.govern(builder, **settings)
+    assert handle.builder is builder and isinstance(builder, StateGraph)
 
     def late(state: State) -> dict[str, Any]:
         ran.append("late")
         return {}
 
-    governed.add_node(
+    builder.add_node(
         "late", late, metadata={"charter": {"kind": "step.resource", "verb": "DELETE"}}
     )
-    governed.add_edge(START, "late")
-    graph = governed.compile()
+    builder.add_edge(START, "late")
+    graph = handle.compile()
     governors.append(charter_langgraph.governor_of(graph))
 
     graph.invoke({"count": 0, "log": []})
@@ -327,16 +327,23 @@ def test_large_outputs_are_recorded_with_truncation_markers(settings, governors,
 
     builder = StateGraph(State)
     builder.add_node("big", big)
+    builder.add_node("after", lambda state: {})
     builder.add_edge(START, "big")
-    graph = charter_langgraph.govern(builder, **settings).compile()
+    builder.add_edge("big", "after")
+    # Outputs are cut at the Governor's output limits; inputs (what policies judge) never.
+    limits = {"max_output_chars": 16_384, "max_output_items": 500}
+    graph = charter_langgraph.govern(builder, **limits, **settings).compile()
     governors.append(charter_langgraph.governor_of(graph))
 
     out = graph.invoke({"count": 0, "log": []})
 
     assert len(out["log"]) == 1_001  # the graph's own value is untouched
-    recorded = trail()[1]["output"]["log"]
+    records = trail()
+    recorded = records[1]["output"]["log"]
     assert recorded[0].endswith("…[truncated 33616 chars]")
     assert recorded[-1] == "…[501 more items]"
+    assert records[2]["step_name"] == "after"
+    assert records[2]["input"]["log"] == ["x" * 50_000] + [str(i) for i in range(1_000)]
 
 
 def test_a_governed_subgraph_joins_its_parents_task(settings, governors, trail, lg):
@@ -392,6 +399,7 @@ def test_without_usable_policies_nothing_runs(tmp_path, audit, governors, trail,
     assert lg.steps(trail())[1] == ("step.exec", "fetch", "blocked")
 
 
+@pytest.mark.allow_internal_errors  # reported, and the node refused (fail_mode closed)
 def test_an_error_inside_the_gate_refuses_the_node(settings, governors, trail, monkeypatch):
     ran: list[str] = []
     graph = charter_langgraph.govern(pipeline(ran), on_block="raise", **settings).compile()
@@ -401,8 +409,8 @@ def test_an_error_inside_the_gate_refuses_the_node(settings, governors, trail, m
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("gate exploded")
 
-    monkeypatch.setattr(governor, "begin_step", broken)
-    with pytest.raises(charter.BlockedError, match="charter could not decide on node 'fetch'"):
+    monkeypatch.setattr(governor, "build_step", broken)
+    with pytest.raises(charter.BlockedError, match=r"Charter could not judge step\.exec 'fetch'"):
         graph.invoke({"count": 1, "log": []})
 
     assert ran == []
@@ -418,3 +426,62 @@ def test_a_stream_read_to_the_end_closes_the_task_once(settings, governors, trai
     assert [next(iter(c)) for c in chunks] == ["fetch", "charge", "ship"]
     kinds = [k for k, _, _ in lg.steps(trail())]
     assert kinds.count("task.start") == 1 and kinds.count("task.end") == 1
+
+
+def test_uninstall_detaches_charter_from_the_builder_and_its_graphs(settings, trail, lg):
+    ran: list[str] = []
+    builder = pipeline(ran, metadata={"charter": ("step.resource", "DELETE")})
+    with charter_langgraph.govern(builder, **settings) as handle:
+        governed = handle.compile(checkpointer=InMemorySaver())
+        assert charter_langgraph.governor_of(governed) is handle.governor
+        out = governed.invoke({"count": 1, "log": []}, {"configurable": {"thread_id": "u"}})
+        assert ran == ["fetch"] and "deletes" in out["charter_blocked"]
+        assert repr(handle) == "<charter_langgraph.Governance of StateGraph: installed>"
+    handle.uninstall()  # idempotent; the Governor govern() built is closed
+
+    # The graph compiled while governed and the builder itself now run ungoverned.
+    governed.invoke({"count": 1, "log": []}, {"configurable": {"thread_id": "u2"}})
+    builder.compile().invoke({"count": 1, "log": []})
+    assert ran == ["fetch", "fetch", "charge", "ship", "fetch", "charge", "ship"]
+    assert type(builder) is StateGraph
+    with pytest.raises(ValueError, match="not governed"):
+        charter_langgraph.governor_of(builder)
+    assert lg.steps(trail()) == [
+        ("task.start", "LangGraph", None),
+        ("step.exec", "fetch", "ok"),
+        ("step.resource", "charge", "blocked"),
+        ("task.end", "LangGraph", None),
+    ]
+    # ...and the builder can be governed again.
+    again = charter_langgraph.govern(builder, **settings)
+    again.uninstall()
+
+
+def test_uninstall_closes_a_paused_run_as_unfinished(settings, governors, trail, lg):
+    ran: list[str] = []
+    builder = pipeline(ran, metadata={"charter": ("step.resource", "POST")})
+    governor = charter.Governor(
+        policies=[
+            {
+                "name": "ask",
+                "rule_type": "deny",
+                "severity": "high",
+                "action": "ask",
+                "match": {"kinds": ["step.resource"]},
+            }
+        ],
+        agent_id="graph-bot",
+        audit_location=settings["audit_location"],
+    )
+    governors.append(governor)
+    handle = charter_langgraph.govern(builder, governor=governor)
+    graph = handle.compile(checkpointer=InMemorySaver())
+    paused = graph.invoke({"count": 1, "log": []}, {"configurable": {"thread_id": "p"}})
+    assert paused["__interrupt__"] and ran == ["fetch"]
+
+    handle.uninstall()  # a Governor passed in stays open
+
+    records = trail()
+    assert lg.steps(records)[-1] == ("task.error", "LangGraph", None)
+    assert records[-1]["output"]["error"]["type"] == "RunNotFinishedError"
+    governor.end_task(governor.start_task(name="still usable"))

@@ -17,7 +17,8 @@ def test_all_is_exactly_the_public_names():
     assert set(charter_langgraph.__all__) == public
     assert charter_langgraph.TASK_KEY == "charter_task_id"
     assert charter_langgraph.AGENT_KEY == "charter_agent_id"
-    assert charter_langgraph.GATED_KEY == "charter_gated"
+    # The gated-run marker is gone: the core claim (charter.integration) says it instead.
+    assert not hasattr(charter_langgraph, "GATED_KEY")
 
 
 def test_a_missing_langgraph_names_the_install_command(monkeypatch):

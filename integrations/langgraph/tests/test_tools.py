@@ -102,9 +102,11 @@ def test_blocked_tool_call_returns_an_error_message_and_the_loop_goes_on(
         "POST",
     )
     assert by_name["send_email"]["properties"]["message"]["to"] == "ops@example.com"
-    assert by_name["send_email"]["properties"]["langgraph"] == {
+    assert by_name["send_email"]["properties"]["tool"]["call_id"] == "c3"
+    assert by_name["send_email"]["properties"]["framework"] == {
+        "name": "langgraph",
         "node": "tools",
-        "tool_call_id": "c3",
+        "step": 2,
     }
     # The ToolNode itself is not a step: its tool calls are.
     assert [r["step_name"] for r in records].count("tools") == 0
@@ -183,10 +185,13 @@ def test_a_tool_call_a_policy_asks_about_pauses_and_runs_once_approved(
 
     assert ran == []  # the question comes before any call of the ToolNode runs
     (question,) = paused["__interrupt__"]
-    assert question.value["type"] == charter_langgraph.PAYLOAD_TYPE
-    assert question.value["step"]["name"] == "write_file"
-    assert question.value["step"]["tool_call_id"] == "c2"
-    assert question.value["policies"][0]["name"] == "posts-need-approval"
+    (asked,) = question.value["action_requests"]  # only the call a policy asks about
+    assert asked["name"] == "write_file" and asked["args"] == {"path": "a", "text": "new"}
+    assert asked["charter"]["tool_call_id"] == "c2"
+    assert asked["charter"]["policies"] == ["posts-need-approval"]
+    assert question.value["review_configs"] == [
+        {"action_name": "write_file", "allowed_decisions": ["approve", "edit", "reject"]}
+    ]
 
     out = graph.invoke(Command(resume=charter_langgraph.approve(by="dana", why="fine")), config)
 
@@ -195,14 +200,14 @@ def test_a_tool_call_a_policy_asks_about_pauses_and_runs_once_approved(
     records = trail()
     gate = next(r for r in records if r["kind"] == "step.gate")
     assert gate["output"] == {"decision": "pass", "by": "dana", "why": "fine"}
-    assert gate["properties"]["gate"]["digest"] == question.value["step"]["digest"]
+    assert gate["properties"]["gate"]["digest"] == asked["charter"]["digest"]
     write = next(r for r in records if r["step_name"] == "write_file")
     assert write["meta"]["charter.outcome"] == "ok"
     assert write["meta"]["charter.eval"]["approved"] is True
     assert len({r["task_id"] for r in records}) == 1
 
 
-def test_two_asking_calls_pause_one_after_the_other_in_call_order(settings, governors, trail, lg):
+def test_two_asking_calls_pause_once_with_both_in_call_order(settings, governors, trail, lg):
     ran: list[str] = []
     model = lg.scripted(
         AIMessage(
@@ -221,10 +226,11 @@ def test_two_asking_calls_pause_one_after_the_other_in_call_order(settings, gove
     config = {"configurable": {"thread_id": "two-asks"}}
 
     first = graph.invoke({"messages": [HumanMessage("write a and b")]}, config)
-    assert first["__interrupt__"][0].value["step"]["tool_call_id"] == "w1"
-    second = graph.invoke(Command(resume=charter_langgraph.approve(by="a")), config)
-    assert second["__interrupt__"][0].value["step"]["tool_call_id"] == "w2"
-    out = graph.invoke(Command(resume=charter_langgraph.deny(by="b", why="not b")), config)
+    (question,) = first["__interrupt__"]  # one interrupt carries every pending action
+    asked = question.value["action_requests"]
+    assert [a["charter"]["tool_call_id"] for a in asked] == ["w1", "w2"]
+    decisions = [charter_langgraph.approve(by="a"), charter_langgraph.deny(by="b", why="not b")]
+    out = graph.invoke(Command(resume={"decisions": decisions}), config)
 
     assert ran == ["write a"]
     refusal = next(m for m in out["messages"] if isinstance(m, ToolMessage) and m.status == "error")
@@ -234,3 +240,46 @@ def test_two_asking_calls_pause_one_after_the_other_in_call_order(settings, gove
     ]
     # The calls run in parallel, so their gates are recorded in either order.
     assert sorted(gates) == [("a", "pass"), ("b", "deny")]
+
+
+def test_an_edited_call_runs_as_edited_after_its_own_approval(settings, governors, trail, lg):
+    ran: list[str] = []
+    model = lg.scripted(
+        AIMessage(
+            content="",
+            tool_calls=[lg.tool_call("write_file", {"path": "/etc/x", "text": "t"}, "c1")],
+        ),
+        "written",
+    )
+    graph = charter_langgraph.govern(agent_graph(model, make_tools(ran)), **settings).compile(
+        checkpointer=InMemorySaver()
+    )
+    governors.append(charter_langgraph.governor_of(graph))
+    config = {"configurable": {"thread_id": "tools-edit"}}
+    graph.invoke({"messages": [HumanMessage("write")]}, config)
+    edit = {
+        "type": "edit",
+        "by": "eli",
+        "message": "write to tmp instead",
+        "edited_action": {"name": "write_file", "args": {"path": "/tmp/x", "text": "t"}},
+    }
+
+    # The edit is a new call: the policy asks about it too, in a second question.
+    again = graph.invoke(Command(resume={"decisions": [edit]}), config)
+    assert ran == []
+    (asked,) = again["__interrupt__"][0].value["action_requests"]
+    assert asked["args"] == {"path": "/tmp/x", "text": "t"}
+    out = graph.invoke(Command(resume=charter_langgraph.approve(by="eli")), config)
+
+    assert ran == ["write /tmp/x"] and out["messages"][-1].content == "written"
+    tool_result = next(m for m in out["messages"] if isinstance(m, ToolMessage))
+    assert tool_result.tool_call_id == "c1" and tool_result.status != "error"
+    records = trail()
+    gates = [r["output"]["decision"] for r in records if r["kind"] == "step.gate"]
+    assert gates == ["deny", "pass"]  # the original denied by the edit, the edit approved
+    writes = [
+        (r["input"]["path"], r["meta"]["charter.outcome"])
+        for r in records
+        if r["step_name"] == "write_file"
+    ]
+    assert writes == [("/etc/x", "blocked"), ("/tmp/x", "ok")]

@@ -1,30 +1,42 @@
-"""The translation: LangGraph runs, nodes, branches and tool calls in; Governor calls out.
+"""The translation: LangGraph runs, nodes, branches and tool calls in; `charter.integration`
+steps, decisions and task boundaries out.
 
 One `Governance` belongs to one governed builder. It wraps the builder's node runnables (not
 the user's functions: LangGraph has already read their signatures, so `config`, `runtime`,
-`store`, `writer` and `error` injection keep working unchanged) and its branch functions, and
-opens, continues and closes the Charter task of each graph run. Everything a gate decides is
-decided by the Governor; this module only carries LangGraph's facts to it and its verdicts
-back.
+`store`, `writer` and `error` injection keep working) and its branch functions, and opens,
+continues and closes the Charter task of each graph run. Every decision, approval and record
+is the Gate's; this module only carries LangGraph's facts to it and its answers back.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import copy
 import threading
 import types
-import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
 import charter
 from charter import report_internal_error
-from charter_templates import TemplateSet, resolve
+from charter.integration import (
+    Allowed,
+    Answer,
+    Blocked,
+    Claim,
+    Gate,
+    Pending,
+    Step,
+    StepHandle,
+    approval_request,
+    claim,
+    node_step,
+    read_answers,
+)
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
 
@@ -38,36 +50,59 @@ from langgraph.graph import END
 from langgraph.prebuilt import ToolNode
 from langgraph.types import Command, interrupt
 
-from ._answers import Answer, answering, question, read_answer
 from ._mapping import NodeRule, check_table_names, rule_for
 
-# Callback/config metadata keys: the contract with other integrations (see the README).
+# Run metadata keys (also written to the thread's checkpoints): how a resume finds its task.
 TASK_KEY = "charter_task_id"
 AGENT_KEY = "charter_agent_id"
-GATED_KEY = "charter_gated"
+RUN_KEY = "charter_run"
 
-TEMPLATE_INTEGRATION = "langgraph"
-# Payloads bigger than this are cut with visible markers before they are recorded.
-MAX_STRING = 16_384
-MAX_ITEMS = 500
+FRAMEWORK = "langgraph"
 # How far back a resumed run looks for the checkpoint that names its task (update_state and
-# forks write checkpoints without it).
+# forks write checkpoints without it); how many run numbers a new run tries.
 _LOOKBACK = 20
+_PROBE = 100
 # Paused tasks that are never resumed must not grow the registry without bound.
 _MAX_TASKS = 10_000
-_CLOSING = {k.value for k in (charter.ActionKind.TASK_END, charter.ActionKind.TASK_ERROR)} | {
-    charter.ActionKind.TASK_IDLE.value
-}
-_CHECKPOINT_NS = "checkpoint_ns"
-
-
-def captured(value: Any) -> Any:
-    """`value` as I-JSON, cut with markers when large (the Governor keeps it as is)."""
-    return charter.capture(value, max_string=MAX_STRING, max_items=MAX_ITEMS)
+_ROUNDS = 3  # questions per node run: the calls, then edits a policy asks about again
+_STALE = "the approval names another input (digest mismatch): answer the current interrupt"
 
 
 class ToolCallFailed(Exception):
     """Stands for a tool call that ended in an error ToolMessage, so it is recorded failed."""
+
+
+def approve(by: str = "human", why: str = "", *, digest: str | None = None) -> dict[str, Any]:
+    """One approving decision: ``Command(resume=approve(...))`` for a single question, or an
+    entry of ``{"decisions": [...]}``. `digest` (from the action's ``charter.digest``) binds
+    it to that exact input: an answer for another input is a rejection."""
+    return _decision("approve", by, why, digest)
+
+
+def deny(by: str = "human", why: str = "", *, digest: str | None = None) -> dict[str, Any]:
+    """One rejecting decision (see `approve`)."""
+    return _decision("reject", by, why, digest)
+
+
+def _decision(kind: str, by: str, why: str, digest: str | None) -> dict[str, Any]:
+    out = {"type": kind, "by": str(by), "message": str(why)}
+    return out if digest is None else {**out, "digest": str(digest)}
+
+
+def _unstale(value: Any, pending: Sequence[Pending]) -> Any:
+    """The resume value with every decision that names another input's digest rejected."""
+    listed = isinstance(value, Mapping) and "decisions" in value
+    decisions = value.get("decisions") if listed else [value] if len(pending) == 1 else None
+    if not isinstance(decisions, list) or len(decisions) != len(pending):
+        return value
+    return {
+        "decisions": [
+            {"type": "reject", "by": d.get("by"), "message": _STALE}
+            if isinstance(d, Mapping) and d.get("digest") not in (None, p.digest)
+            else d
+            for d, p in zip(decisions, pending, strict=True)
+        ]
+    }
 
 
 @dataclass(slots=True)
@@ -75,16 +110,17 @@ class TaskState:
     """What charter-langgraph keeps about one open task of this process."""
 
     task_id: str
-    can_interrupt: bool
+    pauses: bool  # asks pause the graph with interrupt() (it has a checkpointer)
     halted: str | None = None
-    # LangGraph task paths (checkpoint_ns, plus the tool call id) whose gate asked: on a
-    # re-run they ask again, so the resume value reaches the interrupt it answers.
+    # LangGraph task paths whose gate asked: on a re-run they ask again, so the resume value
+    # reaches the interrupt it answers, never the node's own.
     asked: set[str] = field(default_factory=set)
+    edits: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 class _Registry:
-    """Open tasks per Governor, shared by every graph governed with that Governor (a
-    subgraph joins its parent's task)."""
+    """Open tasks per Governor, shared by every graph governed with it (a subgraph joins
+    its parent's task)."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -110,10 +146,7 @@ _registries_lock = threading.Lock()
 
 def registry_for(governor: charter.Governor) -> _Registry:
     with _registries_lock:
-        found = _registries.get(governor)
-        if found is None:
-            found = _registries[governor] = _Registry()
-        return found
+        return _registries.setdefault(governor, _Registry())
 
 
 @dataclass(slots=True)
@@ -127,34 +160,76 @@ class Run:
     saver: BaseCheckpointSaver[Any] | None = None
 
 
-# The answers collected before a ToolNode runs its calls, by tool_call_id; read by the
-# per-call gate on the ToolNode's executor threads (which copy the context).
-_tool_answers: contextvars.ContextVar[dict[str, Answer] | None] = contextvars.ContextVar(
-    "charter_langgraph.tool_answers", default=None
-)
-
-
 class Governance:
-    """Gates one builder's nodes and tool calls and bounds its runs' tasks with a Governor."""
+    """Charter on one StateGraph builder; returned by `charter_langgraph.govern`.
+
+    `compile(...)` compiles the builder governed (as ``builder.compile`` does now),
+    `builder` and `governor` are what it governs with, `uninstall()` detaches Charter: the
+    builder and every graph compiled from it run ungoverned again, runs still open are
+    closed as unfinished, and a Governor that `govern` built is closed. ``with govern(...)``
+    uninstalls on exit.
+    """
 
     def __init__(
         self,
-        governor: charter.Governor,
+        builder: Any,
+        gate: Gate,
         *,
+        owns_governor: bool,
         table: Mapping[str, NodeRule],
         on_block: str,
         block_key: str,
         ask: str,
-        templates: TemplateSet | None,
     ) -> None:
-        self.governor = governor
+        self.builder = builder
+        self.gate = gate
+        self.governor: charter.Governor = gate.governor
         self.table = dict(table)
-        self.on_block = on_block
-        self.block_key = block_key
-        self.ask = ask
-        self.templates = templates
-        self.registry = registry_for(governor)
+        self.on_block, self.block_key, self.ask = on_block, block_key, ask
+        self.registry = registry_for(self.governor)
         self.state_keys: frozenset[str] = frozenset()
+        self.installed = True
+        self._owns_governor = owns_governor
+        self._builder_class: type = type(builder)
+        self._nodes: dict[str, Any] = {}
+        self._branches: dict[tuple[str, str], Any] = {}
+        self._opened: set[str] = set()
+
+    def __repr__(self) -> str:
+        state = "installed" if self.installed else "uninstalled"
+        return f"<charter_langgraph.Governance of {self._builder_class.__name__}: {state}>"
+
+    def __enter__(self) -> Governance:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.uninstall()
+
+    def compile(self, *args: Any, **kwargs: Any) -> Any:
+        """The builder compiled, every node, tool call and run governed (the arguments are
+        `StateGraph.compile`'s)."""
+        return self.builder.compile(*args, **kwargs)
+
+    def uninstall(self) -> None:
+        """Detach Charter (see the class); idempotent."""
+        if not self.installed:
+            return
+        self.installed = False
+        builder = self.builder
+        builder.__class__ = self._builder_class
+        vars(builder).pop("_charter_governance", None)
+        for name, runnable in self._nodes.items():
+            if name in builder.nodes:
+                builder.nodes[name].runnable = runnable
+        for (start, key), branch in self._branches.items():
+            if key in builder.branches.get(start, {}):
+                builder.branches[start][key] = branch
+        for task_id in list(self._opened):
+            self.registry.drop(task_id)
+            self.gate.supersede(task_id, "charter_langgraph was uninstalled")
+        self._opened.clear()
+        if self._owns_governor:
+            self.governor.close()
 
     # -- wrapping the builder (at compile time) ----------------------------------------------
 
@@ -163,31 +238,36 @@ class Governance:
         check_table_names(self.table, builder.nodes)
         self.state_keys = frozenset(builder.channels)
         for name, spec in builder.nodes.items():
-            if getattr(spec.runnable, "_charter_langgraph", None) is self:
-                continue
-            spec.runnable = self._wrap_node(name, spec)
-            spec.metadata = {**(spec.metadata or {}), GATED_KEY: f"node:{name}"}
-        for branches in builder.branches.values():
+            if getattr(spec.runnable, "_charter_langgraph", None) is not self:
+                self._nodes.setdefault(name, spec.runnable)
+                spec.runnable = self._wrap_node(name, spec)
+        for start, branches in builder.branches.items():
             for key, branch in list(branches.items()):
-                if getattr(branch.path, "_charter_langgraph", None) is self:
-                    continue
-                branches[key] = branch._replace(path=self._wrap_branch(branch.path))
+                if getattr(branch.path, "_charter_langgraph", None) is not self:
+                    self._branches.setdefault((start, key), branch)
+                    branches[key] = branch._replace(path=self._wrap_branch(branch.path))
 
     def _wrap_node(self, name: str, spec: Any) -> Runnable[Any, Any]:
         inner = spec.runnable
         if isinstance(inner, ToolNode):
-            return self._wrap_tool_node(name, inner)
+            tools = _governed_tool_node(inner, self, name)
+
+            def tnode(input: Any, config: RunnableConfig) -> Any:
+                return self._tools_sync(name, tools, input, config)
+
+            async def atnode(input: Any, config: RunnableConfig) -> Any:
+                return await self._tools_async(name, tools, input, config)
+
+            return self._callable(name, tools, tnode, atnode)
         rule = rule_for(name, self.table, spec.metadata)
-        run_sync = self._node_sync
-        run_async = self._node_async
 
         # Both functions name `inner` in their bodies: LangGraph finds a subgraph node's
         # graph by reading the node function's closure (find_subgraph_pregel).
         def node(input: Any, config: RunnableConfig) -> Any:
-            return run_sync(name, rule, inner, input, config)
+            return self._node_sync(name, rule, inner, input, config)
 
         async def anode(input: Any, config: RunnableConfig) -> Any:
-            return await run_async(name, rule, inner, input, config)
+            return await self._node_async(name, rule, inner, input, config)
 
         return self._callable(name, inner, node, anode)
 
@@ -196,531 +276,484 @@ class Governance:
     ) -> Runnable[Any, Any]:
         # Keep the inner node's sync/async shape: an async-only node stays async-only, so
         # LangGraph refuses (or allows) exactly what it did before.
+        sync_fn, async_fn = func, afunc
         if isinstance(inner, RunnableCallable):
-            sync_fn = func if inner.func is not None else None
-            async_fn = afunc if inner.afunc is not None else None
-        else:
-            sync_fn, async_fn = func, afunc
+            sync_fn = func if inner.func is not None else None  # type: ignore[assignment]
+            async_fn = afunc if inner.afunc is not None else None  # type: ignore[assignment]
         wrapped = RunnableCallable(sync_fn, async_fn, name=name, trace=False, recurse=False)
         wrapped._charter_langgraph = self  # type: ignore[attr-defined]
         return wrapped
 
     def _wrap_branch(self, path: Runnable[Any, Any]) -> Runnable[Any, Any]:
-        registry = self.registry
-
         def route(input: Any, config: RunnableConfig) -> Any:
-            state = registry.get((config.get("metadata") or {}).get(TASK_KEY))
-            if state is not None and state.halted is not None:
+            if self._halted(config):
                 return []  # a blocked run routes nowhere: nothing after the block runs
             return path.invoke(input, config)
 
         async def aroute(input: Any, config: RunnableConfig) -> Any:
-            state = registry.get((config.get("metadata") or {}).get(TASK_KEY))
-            if state is not None and state.halted is not None:
+            if self._halted(config):
                 return []
             return await path.ainvoke(input, config)
 
         return self._callable(getattr(path, "name", None) or "branch", path, route, aroute)
 
-    # -- one node execution -------------------------------------------------------------------
+    # -- the facts of one node run or tool call ----------------------------------------------
 
-    def _task(self, config: Any) -> tuple[TaskState | None, Mapping[str, Any]]:
-        metadata = config.get("metadata") or {}
-        return self.registry.get(metadata.get(TASK_KEY)), metadata
+    def _state(self, config: Any) -> TaskState | None:
+        return self.registry.get((config.get("metadata") or {}).get(TASK_KEY))
 
-    def _properties(self, name: str, rule: NodeRule, metadata: Mapping[str, Any]) -> Any:
-        own = {"node": name}
-        step = metadata.get("langgraph_step")
-        if isinstance(step, int):
-            own["step"] = step
-        return {**rule.properties, "langgraph": own}
+    def _halted(self, config: Any) -> bool:
+        state = self._state(config)
+        return self.installed and state is not None and state.halted is not None
 
-    def _ask_first(
-        self,
-        state: TaskState,
-        key: str,
-        build: Callable[[], charter.Behavior],
-        node: str,
-        tool_call_id: str | None = None,
-    ) -> Answer | None:
-        """Pause with `interrupt()` when a policy asks about the step; the human's answer.
-
-        Runs before the gate, again on every re-run of the node: a step that asked once asks
-        again (LangGraph then hands back the resume value instead of pausing), so a
-        decision that changed meanwhile cannot shift the interrupt numbering of the node.
-        Raises GraphInterrupt (LangGraph's pause) when nobody answered yet.
-        """
-        if self.ask != "interrupt" or not state.can_interrupt:
-            return None
-        if key not in state.asked and not self._may_ask():
-            return None
-        step = build()
-        result = self.governor.runner.preview(step)
-        if key not in state.asked and result.decision is not charter.Decision.ASK:
-            return None
-        state.asked.add(key)
-        digest = charter.ApprovalRequest(step, (), "").digest
-        value = interrupt(question(step, result, digest, node=node, tool_call_id=tool_call_id))
-        return Answer(step.step_name, digest, read_answer(value, digest))
-
-    def _may_ask(self) -> bool:
-        # Without an `action: ask` policy no step can ask, so the preview (a second
-        # evaluation per step) is skipped. A set reloaded meanwhile that asks is still safe:
-        # the gate then gets no answer and the approver (deny by default) decides.
-        return any(p.action == "ask" for p in self.governor.runner.engine.policies)
-
-    def _blocked(self, name: str, state: TaskState | None, exc: Exception) -> Any:
-        """A node the gate refused (`exc`: the block, or the error that kept the gate from
-        deciding): end the run with the reason in state, or raise a BlockedError."""
-        reason = _refused(exc, f"node {name!r}")
-        if self.on_block == "raise":
-            if isinstance(exc, charter.BlockedError):
-                raise exc
-            raise charter.BlockedError(reason) from exc
-        if state is not None:
-            state.halted = f"{name}: {reason}"
-        update = {self.block_key: reason} if self.block_key in self.state_keys else None
-        return Command(goto=END, update=update)
-
-    def _gate_args(
-        self, name: str, rule: NodeRule, input: Any, metadata: Mapping[str, Any], tid: str
-    ) -> dict[str, Any]:
+    @staticmethod
+    def _ids(config: Any, node: str) -> dict[str, Any]:
+        step = (config.get("metadata") or {}).get("langgraph_step")
         return {
-            "kind": rule.kind,
-            "verb": rule.verb,
-            "name": name,
-            "input": captured(input),
-            "properties": self._properties(name, rule, metadata),
-            "task_id": tid,
+            "thread_id": (config.get("configurable") or {}).get("thread_id"),
+            "node": node,
+            "step": step if isinstance(step, int) else None,
         }
 
-    def _node_sync(self, name: str, rule: NodeRule, inner: Any, input: Any, config: Any) -> Any:
-        state, metadata = self._task(config)
-        if state is not None and state.halted is not None:
-            return None
+    def _node_step(self, name: str, rule: NodeRule, input: Any, config: Any) -> Step:
+        return node_step(
+            FRAMEWORK,
+            name,
+            input,
+            kind=rule.kind,
+            verb=rule.verb,
+            properties=rule.properties,
+            ids=self._ids(config, name),
+        )
+
+    def _tool_step(self, node: str, call: Mapping[str, Any], config: Any) -> Step:
+        args = call.get("args")
+        call_id = call.get("id")
+        return self.gate.tool_step(
+            str(call.get("name") or "unnamed"),
+            dict(args) if isinstance(args, Mapping) else {},
+            call_id=call_id if isinstance(call_id, str) else None,
+            ids=self._ids(config, node),
+        )
+
+    # -- deciding -------------------------------------------------------------------------------
+
+    def _ask(self, state: TaskState, key: str, pending: Sequence[Pending]) -> None:
+        """Pause with one `interrupt()` for every pending step, then record the answers.
+
+        Runs again on every re-run of the node: LangGraph then hands back the resume value
+        instead of pausing, so answers are recorded only once every question of the node
+        was answered. A reviewer's edit a policy asks about again is one more question. A
+        path that asked before asks again even when nothing is pending any more (a policy
+        changed), so the resume value never reaches the node's own interrupt. Raises
+        GraphInterrupt (LangGraph's pause) while nobody answered.
+        """
+        state.asked.add(key)
+        if not pending:
+            interrupt({"charter": "the approval asked for on an earlier run of this node"})
+            return
+        answered: list[tuple[Pending, Answer]] = []
+        for _ in range(_ROUNDS):
+            value = interrupt(approval_request(pending))
+            answers = read_answers(_unstale(value, pending), pending)
+            answered.extend(zip(pending, answers, strict=True))
+            edits = [_edit_of(self.gate, p, a) for p, a in zip(pending, answers, strict=True)]
+            pending = [
+                q for e in edits if e is not None and (q := self.gate.pending(e, state.task_id))
+            ]
+            if not pending:
+                break
+        for p, answer in answered:
+            try:
+                step = self.gate.answer(p, answer)
+            except Exception as exc:  # not on record: deciding asks the approver instead
+                report_internal_error(exc, f"langgraph: the answer on {p.step.name!r}")
+                continue
+            if answer.kind == "edit" and p.call_id is not None:
+                state.edits[p.call_id] = (step.name, dict(step.input))
+
+    def _pause_for(self, state: TaskState, key: str, steps: Sequence[Step]) -> None:
+        """Ask about the steps a policy asks about (when this run can pause)."""
+        if not state.pauses:
+            return
+        pending = [p for s in steps if (p := self.gate.pending(s, state.task_id)) is not None]
+        if pending or key in state.asked:
+            self._ask(state, key, pending)
+
+    def _node_decision(
+        self, name: str, rule: NodeRule, input: Any, config: Any
+    ) -> tuple[TaskState | None, Step, Allowed | Blocked | None]:
+        """The node's step, and its decision when it cannot be judged (None: decide it)."""
+        state = self._state(config)
         try:
-            if state is None:
-                raise RuntimeError(
-                    "this run has no open Charter task (run the graph compiled from the "
-                    "governed builder)"
-                )
-            args = self._gate_args(name, rule, input, metadata, state.task_id)
-            key = _path(metadata, name)
-            answer = self._ask_first(state, key, lambda: self.governor.build_step(**args), name)
-            with answering(answer):
-                handle = self.governor.begin_step(**args)
-        except GraphBubbleUp:
-            raise
+            step = self._node_step(name, rule, input, config)
         except Exception as exc:
-            return self._blocked(name, state, exc)
-        try:
-            output = inner.invoke(input, config)
-        except BaseException as exc:
-            _settle_failed(handle, exc)
-            raise
-        _settle_ok(handle, output)
-        if state.asked:
-            state.asked.discard(key)
+            fallback = Step(rule.kind, rule.verb, name)
+            return state, fallback, self.gate.undecided(fallback, exc)
+        if state is None:
+            why = RuntimeError("this run has no open Charter task (run the governed graph)")
+            return state, step, self.gate.undecided(step, why)
+        self._pause_for(state, _path(config, name), [step])
+        return state, step, None
+
+    def _refuse_node(self, name: str, state: TaskState | None, blocked: Blocked) -> Any:
+        """End the run with the reason in state (on_block="end"), or raise the block."""
+        if self.on_block == "raise":
+            raise blocked.error()
+        if state is not None:
+            state.halted = f"{name}: {blocked.reason}"
+        update = {self.block_key: blocked.reason} if self.block_key in self.state_keys else None
+        return Command(goto=END, update=update)
+
+    def _decided(self, decision: Allowed | Blocked | Pending) -> Allowed | Blocked:
+        """A decision made after the pause: without `pause` the Gate never returns Pending
+        (a recorded answer is used, or the Governor's approver answers)."""
+        assert not isinstance(decision, Pending)
+        return decision
+
+    def _claim(self, kind: str, call_id: str | None, name: str, state: TaskState | None) -> Any:
+        """The core claim held while a gated step runs: another integration on this
+        Governor (charter-langchain's handler) then neither gates nor records it again."""
+        if state is None:
+            return nullcontext()
+        return claim(Claim(kind, call_id, name, self.governor, state.task_id))
+
+    # -- one node run -----------------------------------------------------------------------------
+
+    def _node_sync(self, name: str, rule: NodeRule, inner: Any, input: Any, config: Any) -> Any:
+        if not self.installed:
+            return inner.invoke(input, config)
+        if self._halted(config):
+            return None
+        state, step, decision = self._node_decision(name, rule, input, config)
+        if decision is None:
+            decision = self._decided(self.gate.decide(step, _task_of(state)))
+        if isinstance(decision, Blocked):
+            return self._refuse_node(name, state, decision)
+        with self._claim("node", None, name, state):
+            try:
+                output = inner.invoke(input, config)
+            except BaseException as exc:
+                self._settle_error(decision.handle, exc)
+                raise
+        self.gate.complete(decision.handle, output)
+        if state is not None:
+            state.asked.discard(_path(config, name))
         return output
 
     async def _node_async(
         self, name: str, rule: NodeRule, inner: Any, input: Any, config: Any
     ) -> Any:
-        state, metadata = self._task(config)
-        if state is not None and state.halted is not None:
+        if not self.installed:
+            return await inner.ainvoke(input, config)
+        if self._halted(config):
             return None
-        try:
-            if state is None:
-                raise RuntimeError(
-                    "this run has no open Charter task (run the graph compiled from the "
-                    "governed builder)"
-                )
-            args = self._gate_args(name, rule, input, metadata, state.task_id)
-            key = _path(metadata, name)
-            answer = self._ask_first(state, key, lambda: self.governor.build_step(**args), name)
-            with answering(answer):
-                handle = await self.governor.abegin_step(**args)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return self._blocked(name, state, exc)
-        try:
-            output = await inner.ainvoke(input, config)
-        except BaseException as exc:
-            await _asettle_failed(handle, exc)
-            raise
-        await _asettle_ok(handle, output)
-        if state.asked:
-            state.asked.discard(key)
+        state, step, decision = self._node_decision(name, rule, input, config)
+        if decision is None:
+            decision = self._decided(await self.gate.adecide(step, _task_of(state)))
+        if isinstance(decision, Blocked):
+            return self._refuse_node(name, state, decision)
+        with self._claim("node", None, name, state):
+            try:
+                output = await inner.ainvoke(input, config)
+            except BaseException as exc:
+                await self._asettle_error(decision.handle, exc)
+                raise
+        await self.gate.acomplete(decision.handle, output)
+        if state is not None:
+            state.asked.discard(_path(config, name))
         return output
 
-    # -- tool nodes ---------------------------------------------------------------------------
+    def _settle_error(self, handle: StepHandle | None, exc: BaseException) -> None:
+        # A pause (interrupt inside the body) or a cancellation is not a failure: the node
+        # runs again later, as a new step.
+        if isinstance(exc, GraphBubbleUp) or not isinstance(exc, Exception):
+            self.gate.abandon(handle)
+        else:
+            self.gate.fail(handle, exc)
 
-    def _wrap_tool_node(self, name: str, original: ToolNode) -> Runnable[Any, Any]:
-        inner = _governed_tool_node(original, self, name)
-        run_sync = self._tools_sync
-        run_async = self._tools_async
+    async def _asettle_error(self, handle: StepHandle | None, exc: BaseException) -> None:
+        if isinstance(exc, GraphBubbleUp) or not isinstance(exc, Exception):
+            await self.gate.aabandon(handle)
+        else:
+            await self.gate.afail(handle, exc)
 
-        def node(input: Any, config: RunnableConfig) -> Any:
-            return run_sync(name, inner, input, config)
+    # -- tool nodes: the calls are the steps --------------------------------------------------
 
-        async def anode(input: Any, config: RunnableConfig) -> Any:
-            return await run_async(name, inner, input, config)
-
-        return self._callable(name, inner, node, anode)
-
-    def _tool_answers_for(
-        self, name: str, inner: ToolNode, input: Any, config: Any
-    ) -> dict[str, Answer]:
-        """Ask, one interrupt per tool call in call order, about the calls a policy asks
-        about. Done before the tools run in parallel so the interrupts are numbered the same
-        on every re-run."""
-        state, metadata = self._task(config)
-        if state is None or self.ask != "interrupt" or not state.can_interrupt:
-            return {}
+    def _tools_first(self, name: str, inner: ToolNode, input: Any, config: Any) -> Any:
+        """Before the calls run (in parallel): one interrupt for every call a policy asks
+        about; returns the claim to hold while the ToolNode runs."""
+        state = self._state(config)
+        if state is None:
+            return nullcontext()
         try:
             calls, _ = inner._parse_input(input)
         except Exception:  # the ToolNode reports a bad input itself, with its own message
-            return {}
-        answers: dict[str, Answer] = {}
-        ns = _path(metadata, name)
+            calls = []
+        steps = []
         for call in calls:
-            call_id = call.get("id")
-            if not isinstance(call_id, str):
+            try:
+                steps.append(self._tool_step(name, call, config))
+            except Exception:  # each call is refused with the reason when it is gated
                 continue
-            args = self._tool_gate_args(name, call, state.task_id)
-            answer = self._ask_first(
-                state,
-                f"{ns}|{call_id}",
-                lambda args=args: self.governor.build_step(**args),
-                name,
-                tool_call_id=call_id,
-            )
-            if answer is not None:
-                answers[call_id] = answer
-        return answers
+        self._pause_for(state, _path(config, name), steps)
+        return self._claim("node", None, name, state)
 
     def _tools_sync(self, name: str, inner: ToolNode, input: Any, config: Any) -> Any:
-        state, _ = self._task(config)
-        if state is not None and state.halted is not None:
+        if self._halted(config):
             return None
-        answers = self._tool_answers_for(name, inner, input, config)
-        token = _tool_answers.set(answers)
-        try:
+        if not self.installed:
+            return inner.invoke(input, config)
+        with self._tools_first(name, inner, input, config):
             output = inner.invoke(input, config)
-        finally:
-            _tool_answers.reset(token)
-        _forget_asked(state, config, name)
+        self._done_asking(name, config)
         return output
 
     async def _tools_async(self, name: str, inner: ToolNode, input: Any, config: Any) -> Any:
-        state, _ = self._task(config)
-        if state is not None and state.halted is not None:
+        if self._halted(config):
             return None
-        answers = self._tool_answers_for(name, inner, input, config)
-        token = _tool_answers.set(answers)
-        try:
+        if not self.installed:
+            return await inner.ainvoke(input, config)
+        with self._tools_first(name, inner, input, config):
             output = await inner.ainvoke(input, config)
-        finally:
-            _tool_answers.reset(token)
-        _forget_asked(state, config, name)
+        self._done_asking(name, config)
         return output
 
-    def _tool_gate_args(self, node: str, call: Mapping[str, Any], tid: str) -> dict[str, Any]:
-        tool = str(call.get("name") or "unnamed")
-        args = call.get("args")
-        args = args if isinstance(args, Mapping) else {}
-        kind, verb, props, _ = resolve(TEMPLATE_INTEGRATION, tool, args, overrides=self.templates)
-        own: dict[str, Any] = {"node": node}
-        if isinstance(call.get("id"), str):
-            own["tool_call_id"] = call["id"]
-        return {
-            "kind": kind,
-            "verb": verb,
-            "name": tool,
-            "input": captured(dict(args)),
-            "properties": {**props, "langgraph": own},
-            "task_id": tid,
-        }
+    def _done_asking(self, name: str, config: Any) -> None:
+        state = self._state(config)
+        if state is not None:
+            state.asked.discard(_path(config, name))
 
-    def _tool_refusal(self, call: Mapping[str, Any], reason: str) -> ToolMessage:
-        return ToolMessage(
-            content=f"Blocked by Charter: {reason}",
-            name=str(call.get("name") or "unnamed"),
-            tool_call_id=str(call.get("id") or ""),
-            status="error",
-        )
+    def edited(self, request: Any, tools: Mapping[str, Any]) -> Any:
+        """The tool call request as a reviewer edited it (an ``edit`` decision), else as is."""
+        call = request.tool_call
+        state = self._state(request.runtime.config)
+        found = state.edits.pop(call.get("id"), None) if state is not None else None
+        if found is None:
+            return request
+        name, args = found
+        tool = tools.get(name, request.tool)
+        return request.override(tool_call={**call, "name": name, "args": args}, tool=tool)
+
+    def _tool_decision(
+        self, node: str, call: Mapping[str, Any], config: Any
+    ) -> tuple[TaskState | None, Step, Allowed | Blocked | None]:
+        state = self._state(config)
+        try:
+            step = self._tool_step(node, call, config)
+        except Exception as exc:
+            fallback = Step("step.unknown", None, str(call.get("name") or "unnamed"))
+            return state, fallback, self.gate.undecided(fallback, exc)
+        if state is None:
+            return state, step, self.gate.undecided(step, RuntimeError("no open Charter task"))
+        return state, step, None
 
     def gate_tool(self, node: str, request: Any, execute: Callable[[Any], Any]) -> Any:
         """Gate one tool call inside a ToolNode (sync); a refusal is an error ToolMessage."""
+        if not self.installed:
+            return execute(request)
         call = request.tool_call
-        config = request.runtime.config
-        state, _ = self._task(config)
-        try:
-            if state is None:
-                raise RuntimeError("this run has no open Charter task")
-            args = self._tool_gate_args(node, call, state.task_id)
-            answers = _tool_answers.get() or {}
-            with answering(answers.get(call.get("id"))):
-                handle = self.governor.begin_step(**args)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return self._tool_refusal(call, _refused(exc, f"tool call {call.get('name')!r}"))
-        _mark_tool_run(config, call)
-        try:
-            result = execute(request)
-        except BaseException as exc:
-            _settle_failed(handle, exc)
-            raise
-        _settle_tool(handle, result)
+        state, step, decision = self._tool_decision(node, call, request.runtime.config)
+        if decision is None:
+            decision = self._decided(self.gate.decide(step, _task_of(state)))
+        if isinstance(decision, Blocked):
+            return _refusal(call, decision.reason)
+        with self._claim("tool", call.get("id"), step.name, state):
+            try:
+                result = execute(request)
+            except BaseException as exc:
+                self._settle_error(decision.handle, exc)
+                raise
+        failed = _tool_error(result)
+        if failed is None:
+            self.gate.complete(decision.handle, result)
+        else:
+            self.gate.fail(decision.handle, failed)
         return result
 
     async def agate_tool(self, node: str, request: Any, execute: Callable[[Any], Any]) -> Any:
         """Gate one tool call inside a ToolNode (async)."""
+        if not self.installed:
+            return await execute(request)
         call = request.tool_call
-        config = request.runtime.config
-        state, _ = self._task(config)
-        try:
-            if state is None:
-                raise RuntimeError("this run has no open Charter task")
-            args = self._tool_gate_args(node, call, state.task_id)
-            answers = _tool_answers.get() or {}
-            with answering(answers.get(call.get("id"))):
-                handle = await self.governor.abegin_step(**args)
-        except GraphBubbleUp:
-            raise
-        except Exception as exc:
-            return self._tool_refusal(call, _refused(exc, f"tool call {call.get('name')!r}"))
-        _mark_tool_run(config, call)
-        try:
-            result = await execute(request)
-        except BaseException as exc:
-            await _asettle_failed(handle, exc)
-            raise
-        await _asettle_tool(handle, result)
+        state, step, decision = self._tool_decision(node, call, request.runtime.config)
+        if decision is None:
+            decision = self._decided(await self.gate.adecide(step, _task_of(state)))
+        if isinstance(decision, Blocked):
+            return _refusal(call, decision.reason)
+        with self._claim("tool", call.get("id"), step.name, state):
+            try:
+                result = await execute(request)
+            except BaseException as exc:
+                await self._asettle_error(decision.handle, exc)
+                raise
+        failed = _tool_error(result)
+        if failed is None:
+            await self.gate.acomplete(decision.handle, result)
+        else:
+            await self.gate.afail(decision.handle, failed)
         return result
 
     # -- runs: the task's boundaries ----------------------------------------------------------
 
     def open_run(self, graph: Any, input: Any, config: Any) -> Run:
-        """Start or continue the task of a stream() call (sync path).
-
-        Raises BlockedError when a policy blocks the task itself; any other refusal of the
-        core (a bad setting, a task id in use) is raised too: an ungoverned run never starts.
-        """
+        """Start or continue the task of a stream() call. Raises BlockedError when the task
+        may not start: an ungoverned run never starts."""
         run, lookup = self._begin(graph, input, config)
-        if not run.owns:
-            return run
         previous = None
-        if run.saver is not None and lookup is not None:
+        if lookup is not None and run.saver is not None:
             try:
-                previous = _previous_task(run.saver, lookup)
+                previous = _previous_run(run.saver, lookup)
             except Exception as exc:
                 report_internal_error(exc, "langgraph: the task of the thread's last checkpoint")
-        return self._settle_task(graph, run, input, previous)
+        return self._settle_task(graph, run, input, previous) if run.owns else run
 
     async def aopen_run(self, graph: Any, input: Any, config: Any) -> Run:
         """Start or continue the task of an astream() call (see open_run)."""
         run, lookup = self._begin(graph, input, config)
-        if not run.owns:
-            return run
         previous = None
-        if run.saver is not None and lookup is not None:
+        if lookup is not None and run.saver is not None:
             try:
-                previous = await _aprevious_task(run.saver, lookup)
+                previous = await _aprevious_run(run.saver, lookup)
             except Exception as exc:
                 report_internal_error(exc, "langgraph: the task of the thread's last checkpoint")
+        if not run.owns:
+            return run
         return await asyncio.to_thread(self._settle_task, graph, run, input, previous)
 
     def _begin(self, graph: Any, input: Any, config: Any) -> tuple[Run, dict[str, Any] | None]:
         """The run, and the config that finds the thread's last checkpoint (None: no lookup)."""
         config = dict(config or {})
-        metadata = config.get("metadata") or {}
         configurable = dict(config.get("configurable") or {})
-        joined = self.registry.get(metadata.get(TASK_KEY))
-        engine = self.governor.runner.engine
-        if joined is not None and engine.task_state(joined.task_id) == "open":
+        joined = self._state(config)
+        if joined is not None and self.gate.task_state(joined.task_id) == "open":
             # A governed subgraph (or a graph called inside a governed node) with the same
             # Governor: its nodes are steps of the parent's task.
             return Run(config, joined.task_id, owns=False), None
         saver = graph.checkpointer
-        if not isinstance(saver, BaseCheckpointSaver) or configurable.get(_CHECKPOINT_NS):
+        if not isinstance(saver, BaseCheckpointSaver) or configurable.get("checkpoint_ns"):
             saver = None
         run = Run(config, None, owns=True, saver=saver)
         if saver is None or configurable.get("thread_id") is None:
             return run, None
         return run, {**config, "configurable": configurable}
 
-    def _settle_task(self, graph: Any, run: Run, input: Any, previous: str | None) -> Run:
-        gov = self.governor
-        configurable = run.config.get("configurable") or {}
-        thread = configurable.get("thread_id")
+    def _settle_task(
+        self, graph: Any, run: Run, input: Any, previous: tuple[str, int] | None
+    ) -> Run:
+        thread = (run.config.get("configurable") or {}).get("thread_id")
         continuing = input is None or isinstance(input, Command)
-        task_id = None
+        task_id, number = None, 0
         if previous is not None:
-            if continuing:
-                task_id = self._continue(previous)
-                if task_id is None:
-                    self.registry.drop(previous)  # ended meanwhile (e.g. closed as idle)
-            elif gov.runner.engine.task_state(previous) == "open":
-                # New input on a thread paused mid-run: LangGraph drops the paused run.
-                try:
-                    gov.end_task(previous, output={"langgraph": {"superseded": True}})
-                except Exception as exc:
-                    report_internal_error(exc, "langgraph: the end of a superseded task")
-                self.registry.drop(previous)
+            prev, number = previous
+            state = self.gate.resume_task(prev)  # restored from the store after a restart
+            if continuing and state == "open":
+                task_id = prev
+            else:
+                self.gate.supersede(prev)  # new input on a paused thread drops the paused run
+                self.registry.drop(prev)
         if task_id is None:
-            props: dict[str, Any] = {"graph": graph.get_name()}
+            props: dict[str, Any] = {"name": FRAMEWORK, "graph": graph.get_name()}
             if thread is not None:
                 props["thread_id"] = str(thread)
             if previous is not None and continuing:
-                props["continues"] = previous
-            raw = f"{thread}:{uuid.uuid4().hex[:12]}" if thread is not None else None
-            task_id = gov.start_task(
-                charter.task_id_from(raw) if raw is not None else None,
+                props["continues"] = previous[0]
+            wanted, number = self._new_task_id(thread, number + 1)
+            started = self.gate.start_task(
+                wanted,
                 name=graph.get_name(),
-                input=captured(input),
-                properties={"langgraph": props},
+                input=input,
+                properties={"framework": {**props, "run": number}},
             )
+            if isinstance(started, Blocked):
+                raise started.error()
+            task_id = started
+            self._opened.add(task_id)
         if self.registry.get(task_id) is None:
-            self.registry.put(TaskState(task_id, can_interrupt=run.saver is not None))
+            self.registry.put(TaskState(task_id, self.ask == "interrupt" and run.saver is not None))
         metadata = {
             **(run.config.get("metadata") or {}),
             TASK_KEY: task_id,
-            AGENT_KEY: gov.runner.agent_id,
+            AGENT_KEY: self.gate.agent_id,
+            RUN_KEY: number,
         }
         run.config = {**run.config, "metadata": metadata}
         run.task_id = task_id
         return run
 
-    def _continue(self, task_id: str) -> str | None:
-        """The task to continue: open here, or restored from the audit store after a
-        restart; None when it has ended (or cannot be restored)."""
-        runner = self.governor.runner
-        state = runner.engine.task_state(task_id)
-        if state == "open":
-            return task_id
-        if state != "unknown" or runner.store is None:
-            return None
-        try:
-            records = runner.store.read_task(task_id, runner.agent_id)
-        except charter.StoreError:
-            return None
-        if not records or records[-1].get("kind") in _CLOSING:
-            return None
-        runner.restore_task(records)
-        return task_id
+    def _new_task_id(self, thread: Any, number: int) -> tuple[str | None, int]:
+        """The task id of the thread's next run: the first run number no task has taken
+        (an audit store may hold runs of a thread whose checkpoints are gone)."""
+        if thread is None:
+            return None, number
+        for _ in range(_PROBE):
+            task_id = self.gate.run_task_id(thread, number)
+            if self.gate.resume_task(task_id) == "unknown":
+                return task_id, number
+            self.gate.supersede(task_id)
+            number += 1
+        return None, number
 
     def close_run(self, graph: Any, run: Run, error: BaseException | None) -> None:
         """End the task at the run's end, unless the run paused (interrupt, breakpoint)."""
         if not run.owns or run.task_id is None:
             return
         state = self.registry.get(run.task_id)
-        try:
-            if error is None and (state is None or state.halted is None):
-                if run.saver is not None and _paused(graph, run.config):
-                    return
-            self._end(run.task_id, state, error)
-        except charter.AuditError:
-            if error is None:
-                raise
-        except Exception as exc:
-            report_internal_error(exc, "langgraph: the end of the task")
+        if error is None and (state is None or state.halted is None) and run.saver is not None:
+            if _paused(graph, run.config):
+                return
+        self._end(run.task_id, state, error)
 
     async def aclose_run(self, graph: Any, run: Run, error: BaseException | None) -> None:
         if not run.owns or run.task_id is None:
             return
         state = self.registry.get(run.task_id)
-        try:
-            if error is None and (state is None or state.halted is None):
-                if run.saver is not None and await _apaused(graph, run.config):
-                    return
-            await asyncio.to_thread(self._end, run.task_id, state, error)
-        except charter.AuditError:
-            if error is None:
-                raise
-        except Exception as exc:
-            report_internal_error(exc, "langgraph: the end of the task")
+        if error is None and (state is None or state.halted is None) and run.saver is not None:
+            if await _apaused(graph, run.config):
+                return
+        await asyncio.to_thread(self._end, run.task_id, state, error)
 
     def _end(self, task_id: str, state: TaskState | None, error: BaseException | None) -> None:
         self.registry.drop(task_id)
+        self._opened.discard(task_id)
         output = None
         if error is None and state is not None and state.halted is not None:
             output = {"langgraph": {"blocked": state.halted}}
         try:
-            self.governor.end_task(task_id, error=error, output=output)
-        except BaseException as exc:
-            if error is not None and isinstance(exc, Exception):
-                error.add_note(f"charter: the task's end could not be recorded: {exc}")
-            raise
+            self.gate.end_task(task_id, error, output)
+        except charter.AuditError as exc:  # sync durability: the end is not on record
+            if error is None:
+                raise
+            error.add_note(f"charter: the task's end could not be recorded: {exc}")
 
 
-def _refused(exc: BaseException, what: str) -> str:
-    """The one-line reason a step did not run: the block's, or why no decision was made."""
-    if isinstance(exc, charter.BlockedError):
-        return exc.reason
-    return (
-        f"charter could not decide on {what} ({type(exc).__name__}: {exc}); it did not run "
-        "(governance fails closed)"
+def _edit_of(gate: Gate, pending: Pending, answer: Answer) -> Step | None:
+    """The tool call a reviewer's edit stands for, as it will be judged (None: no edit)."""
+    if answer.kind != "edit" or answer.edited is None or pending.call_id is None:
+        return None
+    name, args = answer.edited
+    ids = {k: v for k, v in (pending.step.properties.get("framework") or {}).items()}
+    ids.pop("name", None)
+    return gate.tool_step(name, args, call_id=pending.call_id, ids=ids)
+
+
+def _task_of(state: TaskState | None) -> str:
+    assert state is not None  # no task: the decision was made without the gate
+    return state.task_id
+
+
+def _path(config: Any, name: str) -> str:
+    """The LangGraph task path of a node run: the same on every re-run of it."""
+    return str((config.get("metadata") or {}).get("langgraph_checkpoint_ns") or name)
+
+
+def _refusal(call: Mapping[str, Any], reason: str) -> ToolMessage:
+    return ToolMessage(
+        content=f"Blocked by Charter: {reason}",
+        name=str(call.get("name") or "unnamed"),
+        tool_call_id=str(call.get("id") or ""),
+        status="error",
     )
-
-
-def _path(metadata: Mapping[str, Any], name: str) -> str:
-    """The LangGraph task path of a node execution: the same on every re-run of it."""
-    return str(metadata.get("langgraph_checkpoint_ns") or name)
-
-
-def _forget_asked(state: TaskState | None, config: Any, name: str) -> None:
-    if state is None or not state.asked:
-        return
-    prefix = _path(config.get("metadata") or {}, name) + "|"
-    state.asked.difference_update({k for k in state.asked if k.startswith(prefix)})
-
-
-# -- settling a gated step --------------------------------------------------------------------
-
-
-def _settle_ok(handle: charter.StepHandle, output: Any) -> None:
-    try:
-        handle.complete(captured(output))
-    except charter.AuditError:
-        raise
-    except Exception as exc:
-        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
-
-
-async def _asettle_ok(handle: charter.StepHandle, output: Any) -> None:
-    try:
-        await handle.acomplete(captured(output))
-    except charter.AuditError:
-        raise
-    except Exception as exc:
-        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
-
-
-def _settle_failed(handle: charter.StepHandle, exc: BaseException) -> None:
-    # A pause (interrupt inside the body) or a cancellation is not a failure: the node runs
-    # again later, as a new step.
-    try:
-        if isinstance(exc, GraphBubbleUp) or not isinstance(exc, Exception):
-            handle.abandon()
-        else:
-            handle.fail(exc)
-    except Exception as recording:
-        exc.add_note(f"charter: the step's outcome could not be recorded: {recording}")
-        report_internal_error(recording, f"langgraph: the outcome of {handle.behavior.step_name!r}")
-
-
-async def _asettle_failed(handle: charter.StepHandle, exc: BaseException) -> None:
-    try:
-        if isinstance(exc, GraphBubbleUp) or not isinstance(exc, Exception):
-            await handle.aabandon()
-        else:
-            await handle.afail(exc)
-    except Exception as recording:
-        exc.add_note(f"charter: the step's outcome could not be recorded: {recording}")
-        report_internal_error(recording, f"langgraph: the outcome of {handle.behavior.step_name!r}")
 
 
 def _tool_error(result: Any) -> ToolCallFailed | None:
@@ -728,50 +761,6 @@ def _tool_error(result: Any) -> ToolCallFailed | None:
         content = result.content if isinstance(result.content, str) else str(result.content)
         return ToolCallFailed(content)
     return None
-
-
-def _settle_tool(handle: charter.StepHandle, result: Any) -> None:
-    failed = _tool_error(result)
-    if failed is None:
-        _settle_ok(handle, result)
-        return
-    try:
-        handle.fail(failed)
-    except charter.AuditError:
-        raise
-    except Exception as exc:
-        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
-
-
-async def _asettle_tool(handle: charter.StepHandle, result: Any) -> None:
-    failed = _tool_error(result)
-    if failed is None:
-        await _asettle_ok(handle, result)
-        return
-    try:
-        await handle.afail(failed)
-    except charter.AuditError:
-        raise
-    except Exception as exc:
-        report_internal_error(exc, f"langgraph: the outcome of {handle.behavior.step_name!r}")
-
-
-def _mark_tool_run(config: Any, call: Mapping[str, Any]) -> None:
-    """Tag the tool's own run as gated here, for callback handlers of other integrations.
-
-    `config` is the per-call config LangGraph made for this tool call alone and passes to
-    the tool's invoke, so the tag reaches exactly this run (and, inherited, its children).
-    """
-    call_id = call.get("id")
-    if not isinstance(call_id, str):
-        return
-    try:
-        config["metadata"] = {**(config.get("metadata") or {}), GATED_KEY: f"tool:{call_id}"}
-    except Exception as exc:
-        report_internal_error(exc, "langgraph: the tool run's gated marker")
-
-
-# -- tool node cloning ------------------------------------------------------------------------
 
 
 def _governed_tool_node(original: ToolNode, governance: Governance, name: str) -> ToolNode:
@@ -784,24 +773,21 @@ def _governed_tool_node(original: ToolNode, governance: Governance, name: str) -
         fn = getattr(clone, attr, None)
         if isinstance(fn, types.MethodType) and fn.__self__ is original:
             setattr(clone, attr, types.MethodType(fn.__func__, clone))
-    user_wrap = original._wrap_tool_call
-    user_awrap = original._awrap_tool_call
+    user_wrap, user_awrap = original._wrap_tool_call, original._awrap_tool_call
 
     def wrap(request: Any, execute: Callable[[Any], Any]) -> Any:
         def gated(req: Any) -> Any:
             return governance.gate_tool(name, req, execute)
 
-        if user_wrap is None:
-            return gated(request)
-        return user_wrap(request, gated)
+        request = governance.edited(request, clone.tools_by_name)
+        return gated(request) if user_wrap is None else user_wrap(request, gated)
 
     async def awrap(request: Any, execute: Callable[[Any], Any]) -> Any:
         async def gated(req: Any) -> Any:
             return await governance.agate_tool(name, req, execute)
 
-        if user_awrap is None:
-            return await gated(request)
-        return await user_awrap(request, gated)
+        request = governance.edited(request, clone.tools_by_name)
+        return await gated(request) if user_awrap is None else await user_awrap(request, gated)
 
     # Always a sync wrapper: a ToolNode without one runs its tools ungated under invoke().
     clone._wrap_tool_call = wrap
@@ -811,44 +797,41 @@ def _governed_tool_node(original: ToolNode, governance: Governance, name: str) -
     return clone
 
 
-# -- checkpoints: which task a thread is in, and whether the run paused -----------------------
+# -- checkpoints: which run a thread is in, and whether it paused -----------------------------
 
 
-def _task_in(metadata: Any) -> str | None:
+def _run_in(metadata: Any) -> tuple[str, int] | None:
     found = metadata.get(TASK_KEY) if isinstance(metadata, Mapping) else None
-    return found if isinstance(found, str) and found else None
-
-
-def _previous_task(saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> str | None:
-    if not config:
+    if not isinstance(found, str) or not found:
         return None
-    current: Any = config
+    number = metadata.get(RUN_KEY)
+    return found, number if type(number) is int and number > 0 else 1
+
+
+def _previous_run(saver: BaseCheckpointSaver[Any], config: Any) -> tuple[str, int] | None:
     for _ in range(_LOOKBACK):
-        found = saver.get_tuple(current)
+        found = saver.get_tuple(config)
         if found is None:
             return None
-        task = _task_in(found.metadata)
-        if task is not None or found.parent_config is None:
-            return task
-        current = found.parent_config
+        run = _run_in(found.metadata)
+        if run is not None or found.parent_config is None:
+            return run
+        config = found.parent_config
     return None
 
 
-async def _aprevious_task(saver: BaseCheckpointSaver[Any], config: dict[str, Any]) -> str | None:
-    if not config:
-        return None
-    current: Any = config
+async def _aprevious_run(saver: BaseCheckpointSaver[Any], config: Any) -> tuple[str, int] | None:
     for _ in range(_LOOKBACK):
         try:
-            found = await saver.aget_tuple(current)
+            found = await saver.aget_tuple(config)
         except NotImplementedError:
-            found = await asyncio.to_thread(saver.get_tuple, current)
+            found = await asyncio.to_thread(saver.get_tuple, config)
         if found is None:
             return None
-        task = _task_in(found.metadata)
-        if task is not None or found.parent_config is None:
-            return task
-        current = found.parent_config
+        run = _run_in(found.metadata)
+        if run is not None or found.parent_config is None:
+            return run
+        config = found.parent_config
     return None
 
 
@@ -860,8 +843,8 @@ def _latest(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _waiting(snapshot: Any) -> bool:
-    # Interrupts count on their own: langgraph 1.2.0 reports a task paused by a second
-    # interrupt() with no `next`.
+    # Interrupts count on their own: LangGraph reports a task paused by a second interrupt()
+    # with no `next`.
     return bool(snapshot.next) or any(task.interrupts for task in snapshot.tasks)
 
 

@@ -14,11 +14,10 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from typing import Any
 
 import charter
-from charter_templates import TemplateSet, load_templates
+from charter.integration import Gate
 from langgraph.graph import StateGraph
 
-from ._answers import install_approver
-from ._governance import Governance
+from ._governance import FRAMEWORK, Governance
 from ._mapping import parse_table
 
 _ATTR = "_charter_governance"
@@ -36,25 +35,26 @@ def govern(
     ask: str = "interrupt",
     approver: Any = None,
     **settings: Any,
-) -> Any:
-    """Govern every node, tool call and approval of a StateGraph builder; returns the builder.
+) -> Governance:
+    """Govern every node, tool call and approval of a StateGraph builder; returns the
+    `Governance` handle (``govern(builder, ...).compile(...)`` compiles it governed;
+    ``builder.compile(...)`` does too, until ``handle.uninstall()``).
 
-    Each node execution is one gated step (kind/verb from `nodes`, else the node's
+    Each node run is one step (kind/verb from `nodes`, else the node's
     ``metadata={"charter": ...}``, else step.exec); each tool call of a ToolNode is one step
     mapped by the behavior templates; each graph run of a thread is one task. Pass an
     existing `governor` (shared with other integrations) or Governor setting keywords
-    (``policy_file=``, ``agent_id=``, ``audit_location=``, ...), not both.
+    (``policy_file=``, ``agent_id=``, ``audit_location=``, ...) and `approver`, not both.
 
     `on_block`: ``"end"`` ends the run cleanly (the blocked node returns ``Command(goto=END)``
     with the reason under `block_key` when the state has that key, and nothing after it
     runs); ``"raise"`` raises `charter.BlockedError` (a PermissionError, which RetryPolicy's
     default never retries). `ask`: ``"interrupt"`` pauses with LangGraph's ``interrupt()``
     (needs a checkpointer; without one the approver decides); ``"approver"`` asks the
-    Governor's approver in place. `approver` is that approver (default: deny).
+    Governor's approver in place (default: deny).
 
     Refuses (ValueError) an unknown `on_block` / `ask`, a bad `nodes` entry, settings
     together with `governor`, and a builder governed already; TypeError for a non-builder.
-    `charter_templates.TemplateError` for a bad template_location file.
     """
     if not isinstance(builder, StateGraph):
         raise TypeError(
@@ -62,7 +62,10 @@ def govern(
             "govern the builder before compile()"
         )
     if getattr(builder, _ATTR, None) is not None:
-        raise ValueError("this builder is governed already; call govern() once per builder")
+        raise ValueError(
+            "this builder is governed already; call govern() once per builder (or "
+            "handle.uninstall() first)"
+        )
     if on_block not in _ON_BLOCK:
         raise ValueError(f"on_block={on_block!r}: use 'end' or 'raise'")
     if ask not in _ASK:
@@ -70,54 +73,33 @@ def govern(
     if not isinstance(block_key, str) or not block_key:
         raise ValueError("block_key= must name a state key (a non-empty string)")
     table = parse_table(nodes)
-    if governor is not None:
-        if settings:
-            raise ValueError(
-                "pass either governor= or Governor setting keywords, not both (got "
-                + ", ".join(sorted(settings))
-                + ")"
-            )
-        if approver is not None:
-            governor.approver = approver
-    else:
-        governor = charter.Governor(approver=approver, **settings)
-    templates = _templates(governor)
-    install_approver(governor)
+    gate = Gate(FRAMEWORK, governor=governor, approver=approver, **settings)
     governance = Governance(
-        governor,
+        builder,
+        gate,
+        owns_governor=governor is None,
         table=table,
         on_block=on_block,
         block_key=block_key,
         ask=ask,
-        templates=templates,
     )
     setattr(builder, _ATTR, governance)
-    builder.__class__ = _governed_builder_class(type(builder))
-    return builder
+    original: Any = type(builder)
+    builder.__class__ = _governed_builder_class(original)
+    return governance
 
 
 def governor_of(graph: Any) -> charter.Governor:
-    """The Governor of a governed builder or of a graph compiled from one (ValueError else)."""
-    governance = _governance_of(graph)
-    if governance is None:
+    """The Governor of a `govern` handle, a governed builder or a graph compiled from one
+    (ValueError else)."""
+    found = graph if isinstance(graph, Governance) else getattr(graph, _ATTR, None)
+    if not isinstance(found, Governance):
         raise ValueError("this graph is not governed by charter_langgraph.govern()")
-    return governance.governor
-
-
-def _governance_of(graph: Any) -> Governance | None:
-    found = getattr(graph, _ATTR, None)
-    if found is None:
-        found = getattr(getattr(graph, "builder", None), _ATTR, None)
-    return found if isinstance(found, Governance) else None
-
-
-def _templates(governor: charter.Governor) -> TemplateSet | None:
-    location = governor.runner.settings.template_location
-    return load_templates(location) if location else None
+    return found.governor
 
 
 @functools.cache
-def _governed_builder_class(cls: type) -> type:
+def _governed_builder_class(cls: type) -> Any:
     """`cls` with a compile() that governs what it compiles (a plain subclass: a mixin base
     would change the instance layout and forbid the __class__ swap)."""
 
@@ -125,22 +107,23 @@ def _governed_builder_class(cls: type) -> type:
         governance: Governance = getattr(self, _ATTR)
         governance.wrap(self)
         compiled = super(governed, self).compile(*args, **kwargs)
-        compiled.__class__ = _governed_graph_class(type(compiled))
+        compiled.__class__ = _governed_graph_class(type(compiled), governance)
         return compiled
 
-    governed = type(f"Governed{cls.__name__}", (cls,), {"compile": compile})
+    governed: Any = type(f"Governed{cls.__name__}", (cls,), {"compile": compile})
     return governed
 
 
-@functools.cache
-def _governed_graph_class(cls: type) -> type:
+def _governed_graph_class(cls: type, governance: Governance) -> Any:
     """`cls` whose stream/astream (which invoke, ainvoke, batch and the event streams all
-    go through) bound every run with its Charter task."""
-    if getattr(cls, "_charter_governed", False):
-        return cls
+    go through) bound every run with its Charter task. The governance is a class attribute:
+    copies of the graph (``with_config``) keep it."""
 
     def stream(self: Any, input: Any, config: Any = None, **kwargs: Any) -> Iterator[Any]:
-        governance: Governance = getattr(self.builder, _ATTR)
+        governance: Governance = self._charter_governance
+        if not governance.installed:
+            yield from super(governed, self).stream(input, config, **kwargs)
+            return
         run = governance.open_run(self, input, config)
         try:
             yield from super(governed, self).stream(input, run.config, **kwargs)
@@ -155,7 +138,11 @@ def _governed_graph_class(cls: type) -> type:
     async def astream(
         self: Any, input: Any, config: Any = None, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        governance: Governance = getattr(self.builder, _ATTR)
+        governance: Governance = self._charter_governance
+        if not governance.installed:
+            async for chunk in super(governed, self).astream(input, config, **kwargs):
+                yield chunk
+            return
         run = await governance.aopen_run(self, input, config)
         try:
             async for chunk in super(governed, self).astream(input, run.config, **kwargs):
@@ -167,6 +154,6 @@ def _governed_graph_class(cls: type) -> type:
             raise
         await governance.aclose_run(self, run, None)
 
-    namespace = {"stream": stream, "astream": astream, "_charter_governed": True}
-    governed = type(f"Governed{cls.__name__}", (cls,), namespace)
+    namespace = {"stream": stream, "astream": astream, "_charter_governance": governance}
+    governed: Any = type(f"Governed{cls.__name__}", (cls,), namespace)
     return governed

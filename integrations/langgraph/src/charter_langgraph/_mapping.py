@@ -1,9 +1,9 @@
-"""Which behavior a node is: the user's per-node table, else the node's metadata, else exec.
+"""Which step a node is: the user's per-node table, else the node's metadata, else step.exec.
 
-A mapping entry is a kind (``"step.model"``), a (kind, verb) pair, or a mapping with ``kind``,
+An entry is a kind (``"step.model"``), a (kind, verb) pair, or a mapping with ``kind``,
 ``verb`` and ``properties``. Entries are checked when the graph is governed, so a typo in a
-kind, a verb the kind does not take, or a table entry for a node that does not exist is
-refused before anything runs.
+kind, a verb the kind does not take, or an entry for a node that does not exist is refused
+before anything runs.
 """
 
 from __future__ import annotations
@@ -18,74 +18,57 @@ import charter
 # Node metadata key holding the node's mapping: add_node(..., metadata={"charter": ...}).
 METADATA_KEY = "charter"
 
-_GATEABLE = tuple(k for k in charter.ActionKind if k not in charter.TASK_BOUNDARY_KINDS)
+_STEPS = [k.value for k in charter.ActionKind if k not in charter.TASK_BOUNDARY_KINDS]
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRule:
-    """How one node is gated: its behavior kind, verb and extra properties."""
+    """How one node is described: its step kind, verb and extra properties."""
 
-    kind: charter.ActionKind
-    verb: charter.Verb | None
+    kind: str = "step.exec"
+    verb: str | None = None
     properties: Mapping[str, Any] = field(default_factory=dict)
-
-
-DEFAULT_RULE = NodeRule(charter.ActionKind.STEP_EXEC, None)
 
 
 def parse_rule(value: Any, where: str) -> NodeRule:
     """A NodeRule from one table or metadata entry; ValueError naming `where` and the fix."""
-    if isinstance(value, NodeRule):
-        return value
     properties: Any = {}
     if isinstance(value, str):
-        kind_text, verb_text = value, None
+        kind, verb = value, None
     elif isinstance(value, Mapping):
         unknown = sorted(set(value) - {"kind", "verb", "properties"})
         if unknown:
             raise ValueError(f"{where}: unknown key {unknown[0]!r}; use kind, verb and properties")
         if "kind" not in value:
             raise ValueError(f"{where}: missing kind; write e.g. {{'kind': 'step.resource'}}")
-        kind_text, verb_text = value["kind"], value.get("verb")
-        properties = value.get("properties") or {}
+        kind, verb, properties = value["kind"], value.get("verb"), value.get("properties") or {}
     elif isinstance(value, tuple | list) and len(value) == 2:
-        kind_text, verb_text = value
+        kind, verb = value
     else:
         raise ValueError(
             f"{where}: {value!r} is not a node mapping; write a kind ('step.model'), a "
             "(kind, verb) pair or {'kind': ..., 'verb': ..., 'properties': {...}}"
         )
-    try:
-        kind = charter.ActionKind(kind_text)
-    except ValueError:
-        close = difflib.get_close_matches(str(kind_text), [k.value for k in _GATEABLE], n=1)
+    if kind not in _STEPS:
+        if kind in {k.value for k in charter.TASK_BOUNDARY_KINDS}:
+            raise ValueError(
+                f"{where}: {kind} is a task boundary, not a step; charter-langgraph records "
+                "task boundaries itself"
+            )
+        close = difflib.get_close_matches(str(kind), _STEPS, n=1)
         hint = f" (did you mean {close[0]}?)" if close else ""
         raise ValueError(
-            f"{where}: {kind_text!r} is not a step kind{hint}; use one of "
-            + ", ".join(k.value for k in _GATEABLE)
-        ) from None
-    if kind in charter.TASK_BOUNDARY_KINDS:
-        raise ValueError(
-            f"{where}: {kind.value} is a task boundary, not a step; charter-langgraph records "
-            "task boundaries itself"
+            f"{where}: {kind!r} is not a step kind{hint}; use one of " + ", ".join(_STEPS)
         )
-    allowed = charter.verbs_for(kind)
-    verb: charter.Verb | None = None
-    if verb_text is not None:
-        text = str(verb_text).upper()
-        if text not in {v.value for v in allowed}:
-            takes = "/".join(v.value for v in allowed) if allowed else "no verb (use None)"
-            raise ValueError(
-                f"{where}: {kind.value} does not take verb {verb_text!r}; it takes {takes}"
-            )
-        verb = charter.Verb(text)
-    elif allowed:
-        raise ValueError(
-            f"{where}: {kind.value} needs a verb; use one of " + ", ".join(v.value for v in allowed)
-        )
+    takes = [v.value for v in charter.verbs_for(charter.ActionKind(kind))]
+    if verb is None and takes:
+        raise ValueError(f"{where}: {kind} needs a verb; use one of " + ", ".join(takes))
+    if verb is not None and str(verb).upper() not in takes:
+        allowed = "/".join(takes) if takes else "no verb (use None)"
+        raise ValueError(f"{where}: {kind} does not take verb {verb!r}; it takes {allowed}")
     if not isinstance(properties, Mapping):
         raise ValueError(f"{where}: properties must be a mapping")
-    return NodeRule(kind, verb, dict(properties))
+    return NodeRule(kind, str(verb).upper() if verb is not None else None, dict(properties))
 
 
 def parse_table(table: Mapping[str, Any] | None) -> dict[str, NodeRule]:
@@ -98,7 +81,7 @@ def parse_table(table: Mapping[str, Any] | None) -> dict[str, NodeRule]:
 
 
 def check_table_names(table: Mapping[str, NodeRule], names: Iterable[str]) -> None:
-    """Refuse table entries for nodes the graph does not have (a typo would go ungated)."""
+    """Refuse table entries for nodes the graph does not have (a typo would go unmapped)."""
     known = list(names)
     for name in table:
         if name not in known:
@@ -119,4 +102,4 @@ def rule_for(
         return table[name]
     if metadata and METADATA_KEY in metadata:
         return parse_rule(metadata[METADATA_KEY], f"node {name!r} metadata[{METADATA_KEY!r}]")
-    return DEFAULT_RULE
+    return NodeRule()
