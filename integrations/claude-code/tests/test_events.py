@@ -72,7 +72,9 @@ def test_an_approved_ask_records_the_approval_then_the_outcome(claude, project, 
     assert step["meta"]["charter.outcome"] == "ok"
     assert step["meta"]["charter.eval"]["decision"] == "ask"
     assert step["meta"]["charter.eval"]["approved"] is True
-    assert step["action_id"] == f"toolu_{claude.session_id}_001"
+    # The tool_use_id is the step's call id (the action id is Charter's own).
+    assert step["properties"]["tool"]["call_id"] == f"toolu_{claude.session_id}_001"
+    assert step["properties"]["framework"] == {"name": "claude-code", "session_id": "sess-1"}
 
 
 def test_user_prompt_is_trusted_and_feeds_provenance(claude, audit):

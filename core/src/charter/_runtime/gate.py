@@ -21,7 +21,6 @@ Three rules live here and nowhere else, the same for every framework:
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import logging
 import threading
@@ -32,14 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from charter._engine.engine import Decision as EngineDecision
-from charter._engine.engine import EvalResult
+from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
 from charter._model.identifiers import task_id_from
 from charter._model.ijson import canonical_digest
+from charter._policy.policy import Severity
 from charter._runtime.approval import ApprovalRequest
 from charter._runtime.governor import Governor, StepHandle
 from charter._runtime.internal import report_internal_error
+from charter._runtime.runner import Runner
+from charter._runtime.settings import Settings
 from charter._runtime.steps import Step, tool_step
 
 __all__ = [
@@ -567,6 +569,8 @@ class Gate:
 
     async def _off_loop(self, fn: Any, *args: Any, **kwargs: Any) -> None:
         if self.sync_durability:
+            import asyncio  # deferred: one-shot hook processes never need it
+
             await asyncio.to_thread(fn, *args, **kwargs)
         else:
             fn(*args, **kwargs)
@@ -605,6 +609,8 @@ class Gate:
         self, task_id: str, error: BaseException | None = None, output: Any = None
     ) -> None:
         """`end_task` for async code (waits for the store off the event loop)."""
+        import asyncio  # deferred: one-shot hook processes never need it
+
         await asyncio.to_thread(self.end_task, task_id, error, output)
 
     def run_task_id(self, thread_id: Any, run: int) -> str:
@@ -668,6 +674,158 @@ class Gate:
     def digest(self, step: Step) -> str:
         """The SHA-256 an approval of `step` is bound to."""
         return canonical_digest(step.input)
+
+    # -- integrations that run one process per event (Claude Code hooks) ----------------------
+
+    @classmethod
+    def from_settings(
+        cls,
+        framework: str,
+        settings: Settings,
+        *,
+        approver: Any = None,
+        templates: Any = None,
+    ) -> Gate:
+        """A Gate on a new Governor built from a `charter.Settings` (for an integration that
+        reads its configuration from its own sources: a command line, the environment).
+
+        `templates` is a TemplateSet already loaded (for instance from a cache an
+        integration keeps between processes); None loads the settings' template_location.
+        The Governor owns its runner: ``gate.governor.close()`` closes it. Refuses what
+        `charter.Runner` refuses and a template file that cannot be loaded.
+        """
+        governor = Governor(Runner(settings), approver=approver)
+        governor._owns_runner = True
+        gate = cls.__new__(cls)
+        gate.governor = governor
+        gate.framework = framework
+        try:
+            gate._templates = (
+                templates if templates is not None else _load_templates(settings.template_location)
+            )
+        except BaseException:
+            governor.close(0.0)
+            raise
+        return gate
+
+    def store_health(self) -> dict[str, Any]:
+        """The audit store's health, ``{"ok", "location", "detail"}``; never raises. Not ok
+        when the store cannot be opened or does not answer (steps are still judged: an
+        integration that needs the trail, e.g. to restore a task, refuses on its own)."""
+        try:
+            return self.governor.runner._writer.health()
+        except Exception as exc:  # pragma: no cover - health() never raises
+            return {"ok": False, "location": "?", "detail": str(exc)}
+
+    def history(self, task_id: str) -> tuple[Behavior, ...]:
+        """The recorded steps of `task_id` in this process (restored ones included), oldest
+        first; empty for a task unknown here. Steps still running are not history."""
+        return tuple(self.governor.runner.engine.get_history(task_id))
+
+    def intent(self, handle: StepHandle) -> Behavior:
+        """The intent of an allowed step as registered, with its verdict in
+        ``meta["charter.eval"]``: what to carry to another process and `reopen` there.
+        The handle's own behavior when the step is no longer running."""
+        b = handle.behavior
+        if b.action_id is not None:
+            found = self.governor.runner.engine.open_intent(b.task_id, b.action_id)
+            if found is not None:
+                return found
+        return b
+
+    def expire(self, pending: Pending, reason: str) -> Blocked:
+        """Record a pending step that will never be answered (its run or turn ended, the
+        framework has no way to ask) as blocked with `reason`, and no step.gate: nobody
+        answered. Raises what recording raises (AuditError in sync durability)."""
+        asked = pending.request.result
+        result = EvalResult(
+            EngineDecision.BLOCK,
+            asked.risk_score if asked is not None else 1.0,
+            asked.results if asked is not None else (),
+            pending.request.behavior.action_id,
+            None,
+            reason,
+        )
+        recorded = self.governor.runner.record_block(pending.request.behavior, result)
+        return Blocked(pending.step, reason, recorded)
+
+    def save_pending(self, pending: Pending) -> dict[str, Any]:
+        """`pending` as plain JSON, to keep while a person is asked outside this process
+        (``{"step": the intent's wire form, "verdict": the ask, "task_id", "call_id"}``);
+        `load_pending` reads it back in another process."""
+        result = pending.request.result
+        verdict: dict[str, Any] = (
+            self.governor.runner._verdict(result)
+            if result is not None
+            else {"decision": "ask", "reason": pending.request.reason}
+        )
+        return {
+            "step": pending.request.behavior.to_dict(),
+            "verdict": verdict,
+            "task_id": pending.task_id,
+            "call_id": pending.call_id,
+        }
+
+    def load_pending(self, saved: Mapping[str, Any]) -> Pending:
+        """The `Pending` that `save_pending` kept (policy results without their
+        descriptions). Refuses (ValueError, KeyError) what is not such a form."""
+        b = Behavior.from_dict(dict(saved["step"]))
+        verdict = saved.get("verdict")
+        verdict = verdict if isinstance(verdict, Mapping) else {}
+        reason = str(verdict.get("reason") or "approval required")
+        found: list[PolicyResult] = []
+        for v in verdict.get("violations") or ():
+            try:
+                found.append(
+                    PolicyResult(
+                        str(v["name"]),
+                        str(v["rule_type"]),
+                        Severity(v["severity"]),
+                        True,
+                        v.get("details"),
+                        bool(v.get("ask")),
+                    )
+                )
+            except (KeyError, TypeError, ValueError):
+                continue
+        risk = verdict.get("risk_score")
+        result = EvalResult(
+            EngineDecision.ASK,
+            float(risk) if isinstance(risk, int | float) else 1.0,
+            tuple(found),
+            b.action_id,
+            None,
+            reason,
+        )
+        verb = b.verb.value if b.verb is not None else None
+        step = Step(b.kind.value, verb, b.step_name, dict(b.input or {}), dict(b.properties))
+        call_id = saved.get("call_id")
+        task_id = saved.get("task_id")
+        return Pending(
+            step,
+            task_id if isinstance(task_id, str) else b.task_id,
+            ApprovalRequest(b, tuple(found), reason, result),
+            call_id if isinstance(call_id, str) else None,
+        )
+
+    def approved(self, pending: Pending) -> StepHandle:
+        """The handle of `pending` once a person approved it (record that with `answer`)
+        and the framework runs it without asking Charter again (Claude Code runs a call its
+        permission prompt approved): the intent is registered as approved, with the ask's
+        verdict, and not judged again. The task must be known here (`resume_task`);
+        refuses (ValueError) a step that is already running or recorded."""
+        b = pending.request.behavior
+        asked = pending.request.result or EvalResult(
+            EngineDecision.ASK, 1.0, (), b.action_id, None, pending.request.reason
+        )
+        return StepHandle(self.governor, b, self.governor.runner.authorize(b, asked))
+
+    def adopt(self, step: Step, task_id: str) -> StepHandle:
+        """The handle of a step that ran without being judged (the integration only saw it
+        end, e.g. hooks installed while it ran), so that what ran is in the history; nothing
+        is judged. Settle it like any other. The task must be known here (`resume_task`);
+        refuses what `reopen` refuses."""
+        return self.reopen(self._behavior(step, task_id))
 
 
 def _load_templates(location: str | None) -> Any:

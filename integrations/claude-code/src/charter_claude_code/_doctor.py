@@ -35,15 +35,15 @@ def hook_status(config: Any, environ: Mapping[str, str] | None = None) -> dict[s
     """The hook's own view (run by ``charter-claude-hook --doctor``): policy load state,
     fail mode, store health and writability. `ok` is True only when it enforces policies
     and can record."""
-    from charter_claude_code._handler import open_runner, project_root, state_dir
+    from charter_claude_code._handler import open_gate, project_root, state_dir
 
     env = os.environ if environ is None else environ
     root = project_root({}, config, env)
-    runner, source = open_runner(config, root, env, state_dir(root))
+    gate, source, settings = open_gate(config, root, env, state_dir(root), templates=False)
     try:
-        status = runner.status()
+        status = gate.governor.status()
         store = dict(status["store"])
-        location = runner.settings.audit_location
+        location = settings.audit_location
         writable = False
         if store.get("ok") and location.startswith(("sqlite:///", "jsonl:///")):
             path = location.split(":///", 1)[1]
@@ -69,7 +69,7 @@ def hook_status(config: Any, environ: Mapping[str, str] | None = None) -> dict[s
         result["ok"] = bool(status["load_state"] == "enforcing" and store.get("ok") and writable)
         return result
     finally:
-        runner.close(1.0)
+        gate.governor.close(1.0)
 
 
 @dataclass

@@ -1,26 +1,33 @@
 """One hook call: rebuild the session from the audit store, translate the event, answer.
 
-The translation (Claude Code event -> Charter call):
+Translation only: each Claude Code event becomes a `charter.integration.Step` and goes
+through a `Gate` (the contract every integration uses); nothing here judges or records on
+its own.
 
 - SessionStart opens the audit task of the session (task id from ``session_id``; a session
   resumed after its task was closed continues in ``<session_id>.2``, ``.3``, ...).
 - UserPromptSubmit judges and records the prompt as a trusted user message
-  (``step.message GET``, ``properties.message.role = user``), so provenance rules can trust
-  what the user typed; a blocked prompt is refused.
-- PreToolUse judges the tool call (`Runner.evaluate`): block -> deny, ask -> ask, allow and
-  warn -> the intent is kept for its outcome.
-- PostToolUse / PostToolUseFailure record the outcome of that intent (paired by
-  ``tool_use_id``). A call that Charter asked about and that ran anyway was approved in Claude
-  Code's permission prompt: the approval is recorded as a ``step.gate`` first.
+  (``step.message GET``, ``properties.message.role = user``, ``input.content``), so
+  provenance rules can trust what the user typed; a blocked prompt is refused.
+- PreToolUse builds the tool step (``Gate.tool_step`` with the ``claude_code`` templates;
+  the tool_use_id at ``properties.tool.call_id``, the session at
+  ``properties.framework.session_id``) and decides it (``Gate.decide``): Blocked -> deny,
+  Pending -> ask (Claude Code asks the user itself; the ask is kept with
+  ``Gate.save_pending``), Allowed -> the intent is kept for its outcome (``Gate.intent``).
+- PostToolUse / PostToolUseFailure settle that intent (paired by ``tool_use_id``) through
+  ``Gate.reopen`` and ``Gate.complete`` / ``fail`` / ``abandon``. A call that Charter asked
+  about and that ran anyway was approved in Claude Code's permission prompt: the approval is
+  recorded first (``Gate.answer``, a ``step.gate``), then the outcome (``Gate.approved``).
+  An outcome with no intent (hooks installed mid-call) is recorded unjudged (``Gate.adopt``).
 - Stop settles what the finished turn left open (calls that never reported back were
-  rejected or interrupted: abandoned; unanswered asks: blocked). SubagentStop only retries
-  unrecorded outcomes: the parent's calls are still running.
-- SessionEnd closes the task (open intents are recorded as abandoned).
+  rejected or interrupted: abandoned; unanswered asks: ``Gate.expire``, blocked).
+  SubagentStop only retries unrecorded outcomes: the parent's calls are still running.
+- SessionEnd closes the task (``Gate.end_task``; open intents are recorded as abandoned).
 
-Every call takes the session lock, restores the task (`Runner.restore_task`) and its open
-intents (`Runner.restore_intent`) so history rules judge exactly as they would in one
-process, records with sync durability (the next hook process reads what this one wrote),
-and saves the side state before the lock is released.
+Every call takes the session lock, restores the task (``Gate.resume_task``) and its open
+intents (``Gate.reopen``) so history rules judge exactly as they would in one process,
+records with sync durability (the next hook process reads what this one wrote), and saves
+the side state before the lock is released.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charter.integration import Answer, Blocked, Gate, Pending, Step
+
 from charter_claude_code._answers import (
     HOOK_EVENTS,
     HookAnswer,
@@ -46,10 +55,14 @@ from charter_claude_code._answers import (
 from charter_claude_code._policies import ConfigError, policy_source
 from charter_claude_code._state import LockTimeout, SessionLock, SessionState, StateError
 
-__all__ = ["HookConfig", "handle_event", "open_runner", "project_root", "state_dir"]
+__all__ = ["FRAMEWORK", "HookConfig", "handle_event", "open_gate", "project_root", "state_dir"]
 
 AGENT_ID = "claude-code"
+# properties.framework.name of every step, and the templates tool calls are mapped with.
+FRAMEWORK = "claude-code"
+TEMPLATE = "claude_code"
 TASK_NAME = "claude-code-session"
+_TOOL_EVENTS = frozenset({"PreToolUse", "PostToolUse", "PostToolUseFailure"})
 _STATE_DIR = "claude-code"
 _REASON_MAX = 1000
 
@@ -177,6 +190,10 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+class ToolError(Exception):
+    """A tool call that Claude Code reported as failed (PostToolUseFailure)."""
+
+
 class _Call:
     """Everything one hook process does, under the session lock."""
 
@@ -215,10 +232,10 @@ class _Call:
     def run(self) -> HookAnswer:
         from charter_claude_code._state import session_key
 
-        # Building the runner (imports, policy compilation, opening the store) needs no
+        # Building the gate (imports, policy compilation, opening the store) needs no
         # session state, so it happens before the lock: parallel calls of one session then
         # hold the lock only for restore, judge, record and save.
-        self._open_runner()
+        self._open_gate()
         try:
             key = session_key(self.session_id)
             lock = SessionLock(self.state_dir / "sessions" / f"{key}.lock")
@@ -238,59 +255,57 @@ class _Call:
             finally:
                 lock.release()
         finally:
-            self.runner.close(1.0)
+            self.gate.governor.close(1.0)
         return answer
 
     def _note_head(self) -> None:
         tid = self.state.task_id
-        history = self.runner.engine.get_history(tid) if tid else ()
+        history = self.gate.history(tid) if tid else ()
         if history:
             self.state.head = max(self.state.head, history[-1].seq or 0)
 
-    def _open_runner(self) -> None:
+    def _open_gate(self) -> None:
         import charter
 
         self.charter = charter
         self._time("import")
-        self.runner, self.policy_source = open_runner(
-            self.config, self.root, self.environ, self.state_dir
+        self.gate, self.policy_source, self.settings = open_gate(
+            self.config,
+            self.root,
+            self.environ,
+            self.state_dir,
+            templates=self.name in _TOOL_EVENTS,
         )
-        self.gov = charter.Governor(runner=self.runner)
-        self.agent_id = self.runner.agent_id
-        self._time("runner")
+        self._time("gate")
 
     # -- restoring the session ------------------------------------------------------------------
 
     def _restore(self, *, start: bool) -> str | None:
         """Restore (or, with `start`, open) the session's task; returns its id or None."""
-        store = self.runner.store
-        if store is None:
-            detail = self.runner.status()["store"]["detail"]
-            raise _Refusal(f"the audit store {self.runner.settings.audit_location} {detail}")
-        charter = self.charter
-        closing = {k.value for k in charter.TASK_BOUNDARY_KINDS} - {"task.start"}
+        gate = self.gate
+        health = gate.store_health()
+        if not health.get("ok"):
+            raise _Refusal(f"the audit store {self.settings.audit_location} {health['detail']}")
         state = self.state
-        base = charter.task_id_from(self.session_id)
+        base = self.charter.task_id_from(self.session_id)
         tid = state.task_id or base
         while True:
-            records = (
-                store.read_task(tid, self.agent_id) if store.head(self.agent_id, tid).seq else []
-            )
-            stored = records[-1].get("seq", 0) if records else 0
-            if tid == state.task_id and stored < state.head:
+            found = gate.resume_task(tid)
+            history = gate.history(tid)
+            stored = (history[-1].seq or 0) if history else 0
+            if tid == state.task_id and found != "ended" and stored < state.head:
                 raise _Refusal(
-                    f"the audit store {self.runner.settings.audit_location} holds {stored} "
+                    f"the audit store {self.settings.audit_location} holds {stored} "
                     f"steps of task {tid!r}, but {state.head} were recorded: the trail was "
                     "deleted or replaced, and the history rules would start from nothing; "
                     f"restore it, or delete {state.path} to start this session's history anew"
                 )
-            if not records or records[-1].get("kind") not in closing:
+            if found != "ended":
                 break
             # The session's task was closed (SessionEnd) and the session goes on (resume):
             # its chain cannot grow, so the session continues in the next task id.
-            state.intents.clear()
-            state.asks.clear()
-            state.pending.clear()
+            for table in (state.intents, state.asks, state.pending, state.ungoverned):
+                table.clear()
             if not start:
                 state.task_id = tid
                 self._time("restore")
@@ -298,18 +313,18 @@ class _Call:
             state.generation = max(state.generation, 1) + 1
             state.head = 0
             tid = f"{base}.{state.generation}"
-        if records:
-            self.runner.restore_task(records)
-        elif start:
-            self.gov.start_task(
+        if found == "unknown":
+            if not start:
+                self._time("restore")
+                return None
+            started = gate.start_task(
                 tid,
                 name=TASK_NAME,
                 input={"source": self.event.get("source") or f"first seen at {self.name}"},
-                properties={"claude": self._claude_props()},
+                properties={"claude": self._claude_props(), "framework": self._framework()},
             )
-        else:
-            self._time("restore")
-            return None
+            if isinstance(started, Blocked):
+                raise _Refusal(f"the session's task could not start: {started.reason}")
         state.task_id = tid
         self._reconcile(tid)
         self._time("restore")
@@ -319,7 +334,7 @@ class _Call:
         """Re-register the intents other processes allowed; drop what the store settled;
         retry outcomes that could not be recorded before."""
         state = self.state
-        used = {b.action_id for b in self.runner.engine.get_history(tid) if b.action_id}
+        used = {b.action_id for b in self.gate.history(tid) if b.action_id}
         for key, wire in list(state.asks.items()):
             if wire.get("step", {}).get("action_id") in used:
                 del state.asks[key]
@@ -329,17 +344,18 @@ class _Call:
                 state.pending.pop(key, None)
                 continue
             try:
-                self.runner.restore_intent(wire)
+                self.gate.reopen(wire)
             except ValueError:  # the same action twice: keep the first registration
                 del state.intents[key]
                 state.pending.pop(key, None)
         self.unrecorded = []
-        for key, wire in list(state.pending.items()):
+        for key, how in list(state.pending.items()):
             if key not in state.intents:
                 del state.pending[key]
                 continue
+            wire = state.intents[key]
             try:
-                self.runner.record(self.charter.Behavior.from_dict(wire))
+                self._settle_outcome(self.gate.reopen(wire), how)
             except self.charter.AuditError as exc:
                 self.unrecorded.append(f"{wire.get('step_name')!r} ({_one_line(str(exc))})")
                 continue
@@ -364,14 +380,32 @@ class _Call:
         return self._stop(subagent=name == "SubagentStop")
 
     def _claude_props(self, **extra: Any) -> dict[str, Any]:
-        event = self.event
+        """Facts only Claude Code has (``properties.claude``): the session's cwd and
+        permission mode, and `extra` (unmatched, input_changed)."""
         props: dict[str, Any] = {"cwd": self.cwd}
-        for field in ("permission_mode", "agent_id", "agent_type", "tool_use_id"):
-            value = event.get(field)
-            if isinstance(value, str) and value:
-                props[field] = value
+        mode = self.event.get("permission_mode")
+        if isinstance(mode, str) and mode:
+            props["permission_mode"] = mode
         props.update(extra)
         return props
+
+    def _framework(self) -> dict[str, Any]:
+        """``properties.framework`` of a step that no builder makes (the task start)."""
+        return {"name": FRAMEWORK, **self._ids()}
+
+    def _ids(self) -> dict[str, Any]:
+        """Claude Code's ids, for ``properties.framework``: the session, and the subagent
+        (agent_id, agent_type) when a subagent made the call."""
+        ids: dict[str, Any] = {"session_id": self.session_id}
+        for field in ("agent_id", "agent_type"):
+            value = self.event.get(field)
+            if isinstance(value, str) and value:
+                ids[field] = value
+        return ids
+
+    def _call_id(self) -> str | None:
+        tuid = self.event.get("tool_use_id")
+        return tuid if isinstance(tuid, str) and tuid else None
 
     def _tool(self) -> tuple[str, dict[str, Any]]:
         tool_name = self.event.get("tool_name")
@@ -384,21 +418,31 @@ class _Call:
             raise _Refusal(f"the {self.name} input's tool_input is not a JSON object")
         return tool_name, tool_input
 
-    def _templates(self) -> Any:
-        from charter_claude_code._mapping import template_set
+    def _step(self, tool_name: str, tool_input: dict[str, Any], **claude: Any) -> Step:
+        """The hook event as a Charter step: templates, resolved paths, Claude's facts."""
+        from charter_claude_code._mapping import refine
 
-        cache = self.state_dir / "cache" if self.config.cache else None
-        return template_set(self.runner.settings.template_location, cache)
-
-    def _build(self, tool_name: str, tool_input: dict[str, Any], tid: str) -> Any:
-        from charter_claude_code._mapping import tool_step
-
-        kind, verb, props = tool_step(tool_name, tool_input, self.cwd, self._templates())
-        props["claude"] = self._claude_props()
-        step = self.gov.build_step(
-            kind, verb, name=tool_name, input=tool_input, properties=props, task_id=tid
+        step = self.gate.tool_step(
+            tool_name,
+            tool_input,
+            call_id=self._call_id(),
+            ids=self._ids(),
+            template=TEMPLATE,
         )
-        return step.replace(action_id=self.charter.task_id_from(_key(self.event)))
+        refine(step.properties, step.kind, self.cwd)
+        step.properties["claude"] = self._claude_props(**claude)
+        return step
+
+    def _recorded(self, tid: str) -> Any:
+        """The recorded step of this tool_use_id in the session's task, or None."""
+        call_id = self._call_id()
+        if call_id is None:
+            return None
+        for b in reversed(self.gate.history(tid)):
+            tool = b.properties.get("tool")
+            if isinstance(tool, dict) and tool.get("call_id") == call_id:
+                return b
+        return None
 
     def _pre_tool_use(self) -> HookAnswer:
         tool_name, tool_input = self._tool()
@@ -406,56 +450,51 @@ class _Call:
         assert tid is not None
         key = _key(self.event)
         auto = self.config.auto_approve
+        state = self.state
         if self.unrecorded:
             raise _Refusal(
                 "the outcome of an earlier step could not be recorded, so the session's "
                 f"history is incomplete: {'; '.join(self.unrecorded)}; fix the audit store"
             )
-        if key in self.state.intents:
+        if key in state.intents or key in state.ungoverned:
             return pre_tool_use("allow", "Charter: allowed (decided already)", auto_approve=auto)
-        if key in self.state.asks:
-            reason = self.state.asks[key]["verdict"].get("reason", "approval required")
+        if key in state.asks:
+            reason = state.asks[key]["verdict"].get("reason", "approval required")
             return pre_tool_use("ask", f"Charter asks for approval: {reason}", auto_approve=auto)
-        step = self._build(tool_name, tool_input, tid)
-        earlier = self._recorded(tid, step.action_id)
+        earlier = self._recorded(tid)
         if earlier is not None:
             return self._repeat(tool_name, earlier)
+        step = self._step(tool_name, tool_input)
         self._time("build")
-        result = self.runner.evaluate(step)
+        decision = self.gate.decide(step, tid, pause=True, call_id=self._call_id())
         self._time("evaluate")
-        decision = result.decision.value
-        reason = _one_line(result.reason)
-        if decision == "block":
+        if isinstance(decision, Blocked):
             return pre_tool_use(
                 "block",
-                f"Charter blocked this {tool_name} call: {reason}. It did not run; do not "
-                "retry it unchanged: take another approach or ask the user.",
+                f"Charter blocked this {tool_name} call: {_one_line(decision.reason)}. It did "
+                "not run; do not retry it unchanged: take another approach or ask the user.",
                 auto_approve=auto,
             )
-        if decision == "ask":
-            self.state.asks[key] = {"step": step.to_dict(), "verdict": result.to_dict()}
+        if isinstance(decision, Pending):
+            state.asks[key] = self.gate.save_pending(decision)
+            reason = _one_line(decision.request.reason)
             return pre_tool_use(
                 "ask", f"Charter asks for your approval: {reason}", auto_approve=auto
             )
-        intent = self.runner.engine.open_intent(tid, step.action_id) or step
-        self.state.intents[key] = intent.to_dict()
+        reason = _one_line(decision.reason)
+        if decision.handle is None:
+            state.ungoverned[key] = {"reason": reason}
+        else:
+            state.intents[key] = self.gate.intent(decision.handle).to_dict()
+        warned = decision.result is not None and decision.result.decision.value == "warn"
         warning = None
-        if decision == "warn":
+        if warned:
             warning = f"Charter warning on {tool_name}: {reason}"
         elif reason.startswith("monitor mode") or "fail_mode is open" in reason:
             warning = f"Charter is not enforcing this step: {reason}"
         return pre_tool_use(
-            "warn" if decision == "warn" else "allow",
-            f"Charter: {reason}",
-            auto_approve=auto,
-            warning=warning,
+            "warn" if warned else "allow", f"Charter: {reason}", auto_approve=auto, warning=warning
         )
-
-    def _recorded(self, tid: str, action_id: str) -> Any:
-        for b in self.runner.engine.get_history(tid):
-            if b.action_id == action_id:
-                return b
-        return None
 
     def _repeat(self, tool_name: str, earlier: Any) -> HookAnswer:
         verdict = earlier.meta.get("charter.eval") or {}
@@ -473,55 +512,51 @@ class _Call:
         tid = self._restore(start=True)
         assert tid is not None
         charter = self.charter
+        gate = self.gate
         key = _key(self.event)
         state = self.state
+        if key in state.ungoverned:
+            del state.ungoverned[key]  # allowed ungoverned (fail_mode open): not recorded
+            return silent()
         if key in state.asks:
-            entry = state.asks.pop(key)
-            step = charter.Behavior.from_dict(entry["step"])
+            # The call ran after Charter asked: Claude Code's permission prompt approved it.
+            pending = gate.load_pending(state.asks.pop(key))
             mode = self.event.get("permission_mode") or "default"
-            self.gov.record_approval(
-                tid,
-                step,
-                True,
-                "claude-code-user",
-                f"the call ran after Charter asked, so it was approved in Claude Code's "
-                f"permission prompt (permission mode {mode})",
+            gate.answer(
+                pending,
+                Answer(
+                    "approve",
+                    "claude-code-user",
+                    "the call ran after Charter asked, so it was approved in Claude Code's "
+                    f"permission prompt (permission mode {mode})",
+                ),
             )
-            verdict = dict(entry["verdict"])
-            verdict["approved"] = True
-            intent = step.replace(meta={**step.meta, "charter.eval": verdict})
-            self.runner.restore_intent(intent)
-            state.intents[key] = intent.to_dict()
+            handle = gate.approved(pending)
         elif key in state.intents:
-            intent = charter.Behavior.from_dict(state.intents[key])
+            handle = gate.reopen(state.intents[key])
         else:
             # No intent: the hooks were installed mid-call, or the PreToolUse answer came from
             # elsewhere. The call ran all the same, so history must have it.
-            intent = self._build(tool_name, tool_input, tid)
-            earlier = self._recorded(tid, intent.action_id)
-            if earlier is not None:
-                if earlier.outcome is not charter.Outcome.ABANDONED:
-                    # Already recorded: a second registration of the hook (user and project
-                    # settings both) reports the same call twice.
-                    return silent()
-                # The turn ended (Stop) while it ran, e.g. in the background: late, not lost.
-                intent = intent.replace(action_id=f"{intent.action_id}.late")
-            props = dict(intent.properties)
-            props["claude"] = self._claude_props(unmatched=True)
-            intent = intent.replace(properties=props)
-        changed = self._input_changed(intent, tool_input)
+            earlier = self._recorded(tid)
+            if earlier is not None and earlier.outcome is not charter.Outcome.ABANDONED:
+                # Already recorded: a second registration of the hook (user and project
+                # settings both) reports the same call twice.
+                return silent()
+            # Recorded as abandoned: the turn ended (Stop) while it ran, e.g. in the
+            # background. Late, not lost: what it did is recorded as a step of its own.
+            handle = gate.adopt(self._step(tool_name, tool_input, unmatched=True), tid)
+        changed = self._input_changed(handle.behavior, tool_input)
         if changed:
+            intent = handle.behavior
             props = dict(intent.properties)
-            claude = dict(props.get("claude") or {})
-            claude["input_changed"] = True
-            props["claude"] = claude
-            intent = intent.replace(properties=props)
-        outcome = self._outcome(intent, failed)
+            props["claude"] = {**(props.get("claude") or {}), "input_changed": True}
+            handle.behavior = intent.replace(properties=props)
+        how = self._how(failed)
         try:
-            self.runner.record(outcome)
+            self._settle_outcome(handle, how)
         except charter.AuditError as exc:
-            state.intents[key] = intent.to_dict()
-            state.pending[key] = outcome.to_dict()
+            state.intents[key] = handle.behavior.to_dict()
+            state.pending[key] = how
             message = (
                 f"Charter could not record the outcome of this {tool_name} call "
                 f"({_one_line(str(exc))}); further tool calls are denied until it is recorded."
@@ -547,64 +582,62 @@ class _Call:
         ran = charter.capture(tool_input)
         return bool(charter.canonical_digest(ran) != charter.canonical_digest(intent.input))
 
-    def _outcome(self, intent: Any, failed: bool) -> Any:
-        charter = self.charter
+    def _how(self, failed: bool) -> dict[str, Any]:
+        """The outcome the event reports, in the form the session state keeps for a retry."""
         if not failed:
-            response = charter.capture(
+            response = self.charter.capture(
                 self.event.get("tool_response"), max_string=self.config.max_output_chars
             )
             output = response if isinstance(response, dict) else {"value": response}
-            return intent.completed(output)
+            return {"how": "ok", "output": output}
         if self.event.get("is_interrupt") is True:
-            meta = {**intent.meta, "charter.outcome": charter.Outcome.ABANDONED.value}
-            return intent.replace(meta=meta)
+            return {"how": "abandoned"}
         error = self.event.get("error")
         if not isinstance(error, str):
             error = self.event.get("error_message")
         message = error if isinstance(error, str) and error else "the tool call failed"
-        output = {"error": {"type": "ToolError", "message": message[:4000]}}
-        return intent.completed(output, outcome=charter.Outcome.FAILED)
+        return {"how": "failed", "error": message[:4000]}
+
+    def _settle_outcome(self, handle: Any, how: Mapping[str, Any]) -> None:
+        gate = self.gate
+        if how.get("how") == "ok":
+            gate.complete(handle, how.get("output") or {})
+        elif how.get("how") == "failed":
+            gate.fail(handle, ToolError(str(how.get("error") or "the tool call failed")))
+        else:
+            gate.abandon(handle)
 
     def _user_prompt(self) -> HookAnswer:
+        from charter.integration import message_step
+
+        from charter_claude_code._mapping import PROMPT_STEP
+
         prompt = self.event.get("prompt")
         if not isinstance(prompt, str):
             raise _Refusal("the UserPromptSubmit input has no prompt text")
         tid = self._restore(start=True)
         assert tid is not None
-        from charter_claude_code._mapping import PROMPT_STEP
-
-        step = self.gov.build_step(
-            "step.message",
-            "GET",
-            name=PROMPT_STEP,
-            input={"prompt": prompt},
-            properties={"message": {"role": "user"}, "claude": self._claude_props()},
-            task_id=tid,
-        )
-        result = self.runner.evaluate(step)
-        decision = result.decision.value
-        reason = _one_line(result.reason)
-        if decision == "ask":
+        step = message_step(FRAMEWORK, "GET", "user", prompt, name=PROMPT_STEP, ids=self._ids())
+        step.properties["claude"] = self._claude_props()
+        decision = self.gate.decide(step, tid, pause=True)
+        if isinstance(decision, Pending):
             # Nobody but the person who typed it could approve a prompt, and Claude Code has no
             # prompt to ask with: the step is refused, and says so.
-            result = self.runner.record_block(step, result)
-            reason = _one_line(result.reason) + " (a prompt cannot wait for an approval)"
-            decision = "block"
-        if decision == "block":
-            return blocked_prompt(f"Charter blocked this prompt: {reason}")
-        self.runner.record(step.completed({}))
+            why = _one_line(decision.request.reason) + " (a prompt cannot wait for an approval)"
+            decision = self.gate.expire(decision, why)
+        if isinstance(decision, Blocked):
+            return blocked_prompt(f"Charter blocked this prompt: {_one_line(decision.reason)}")
+        self.gate.complete(decision.handle, {})
         self._time("record")
-        if decision == "warn":
-            return notice(self.name, f"Charter warning on this prompt: {reason}")
+        if decision.result is not None and decision.result.decision.value == "warn":
+            warning = f"Charter warning on this prompt: {_one_line(decision.reason)}"
+            return notice(self.name, warning)
         return silent()
 
-    def _settle(self, tid: str, why: str) -> None:
+    def _settle(self, why: str) -> None:
         """Record unanswered asks as blocked (the call never ran)."""
-        charter = self.charter
-        for key, entry in list(self.state.asks.items()):
-            step = charter.Behavior.from_dict(entry["step"])
-            verdict = entry.get("verdict") or {}
-            self.runner.record_block(step, _blocked_result(charter, verdict, why))
+        for key, saved in list(self.state.asks.items()):
+            self.gate.expire(self.gate.load_pending(saved), why)
             del self.state.asks[key]
 
     def _stop(self, *, subagent: bool) -> HookAnswer:
@@ -612,40 +645,44 @@ class _Call:
         if tid is None or subagent:
             # A subagent's end leaves the parent's calls (its Task call included) running.
             return silent()
-        charter = self.charter
         self._settle(
-            tid,
             "blocked: approval was asked and the call never ran before the turn ended "
             "(declined in Claude Code's permission prompt, or interrupted)",
         )
         for key, wire in list(self.state.intents.items()):
             if key in self.state.pending:
                 continue
-            intent = charter.Behavior.from_dict(wire)
-            meta = {**intent.meta, "charter.outcome": charter.Outcome.ABANDONED.value}
-            self.runner.record(intent.replace(meta=meta))
+            self.gate.abandon(self.gate.reopen(wire))
             del self.state.intents[key]
+        self.state.ungoverned.clear()
         return silent()
 
     def _session_end(self) -> HookAnswer:
         tid = self._restore(start=False)
         if tid is None:
             return silent()
-        self._settle(tid, "blocked: approval was asked and the session ended before the call ran")
+        self._settle("blocked: approval was asked and the session ended before the call ran")
         reason = self.event.get("reason")
-        self.gov.end_task(tid, output={"reason": reason if isinstance(reason, str) else "exit"})
-        self.state.intents.clear()
-        self.state.pending.clear()
+        self.gate.end_task(tid, output={"reason": reason if isinstance(reason, str) else "exit"})
+        for table in (self.state.intents, self.state.pending, self.state.ungoverned):
+            table.clear()
         return silent()
 
 
-def open_runner(
-    config: HookConfig, root: str, environ: Mapping[str, str], cache_dir: Path
-) -> tuple[Any, Any]:
-    """(Runner, PolicySource) for one hook call of the project at `root`.
+def open_gate(
+    config: HookConfig,
+    root: str,
+    environ: Mapping[str, str],
+    cache_dir: Path,
+    *,
+    templates: bool = True,
+) -> tuple[Gate, Any, Any]:
+    """(Gate, PolicySource, Settings) for one hook call of the project at `root`.
 
-    Raises ConfigError (no policies, missing baseline), _Refusal (an audit location that
-    cannot be read back) and whatever Settings and Runner refuse.
+    `templates` loads the Claude Code templates (through the parse cache); a call that maps
+    no tool leaves them out unless a template file is configured. Raises ConfigError (no
+    policies, missing baseline), _Refusal (an audit location that cannot be read back) and
+    whatever Settings and the Gate refuse.
     """
     import charter
 
@@ -677,34 +714,13 @@ def open_runner(
             f"audit_location {settings.audit_location!r} cannot hold the session's history "
             "between hook calls; use a sqlite:/// or jsonl:/// location"
         )
-    return charter.Runner(settings), source
+    loaded = None
+    if templates or settings.template_location:
+        from charter_claude_code._mapping import template_set
 
-
-def _blocked_result(charter: Any, verdict: Mapping[str, Any], reason: str) -> Any:
-    results = []
-    for v in verdict.get("violations") or ():
-        try:
-            results.append(
-                charter.PolicyResult(
-                    str(v["name"]),
-                    str(v["rule_type"]),
-                    charter.Severity(v["severity"]),
-                    True,
-                    v.get("details"),
-                    bool(v.get("ask")),
-                )
-            )
-        except (KeyError, TypeError, ValueError):
-            continue
-    risk = verdict.get("risk_score")
-    return charter.EvalResult(
-        charter.Decision.BLOCK,
-        float(risk) if isinstance(risk, int | float) else 1.0,
-        tuple(results),
-        None,
-        None,
-        reason,
-    )
+        cache = cache_dir / "cache" if config.cache else None
+        loaded = template_set(settings.template_location, cache)
+    return Gate.from_settings(FRAMEWORK, settings, templates=loaded), source, settings
 
 
 def _charter_version(charter_file: str) -> str:

@@ -1,4 +1,4 @@
-"""Claude Code tool calls as behaviors: the templates decide kind, verb and properties.
+"""Claude Code tool calls as steps: the templates decide kind, verb and properties.
 
 The only thing added here is what a template cannot know: where a file path really points.
 Claude Code hands tools absolute paths, but a path inside the project can be a symlink to
@@ -12,11 +12,10 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["PROMPT_STEP", "code_stamp", "resolve_path", "template_set", "tool_step"]
+__all__ = ["PROMPT_STEP", "code_stamp", "refine", "resolve_path", "template_set"]
 
 # The step name of a user prompt (UserPromptSubmit), for policies that match it by name.
 PROMPT_STEP = "user_prompt"
@@ -39,30 +38,19 @@ def _resolved(value: Any, cwd: str) -> Any:
     return None
 
 
-def tool_step(
-    tool_name: str,
-    tool_input: Mapping[str, Any],
-    cwd: str,
-    templates: Any = None,
-) -> tuple[str, str | None, dict[str, Any]]:
-    """(kind, verb, properties) for one Claude Code tool call; never raises on odd input.
-
-    `templates` is a TemplateSet from ``charter_templates.load_templates`` (user overrides),
-    or None for the built-in Claude Code templates.
-    """
-    from charter_templates import resolve
-
-    kind, verb, properties, _ = resolve("claude_code", tool_name, tool_input, overrides=templates)
+def refine(properties: dict[str, Any], kind: str, cwd: str) -> None:
+    """Add what a template cannot know to a Claude Code tool step's `properties` (in place):
+    ``target.resolved_path`` (symlinks followed, relative to the session's `cwd`) and, for a
+    ``step.exec``, ``exec.cwd``. Never raises on odd input."""
     target = properties.get("target")
     if isinstance(target, dict) and "path" in target:
         resolved = _resolved(target["path"], cwd)
         if resolved:
-            target["resolved_path"] = resolved
+            properties["target"] = {**target, "resolved_path": resolved}
     if kind == "step.exec":
-        exec_props = properties.setdefault("exec", {})
-        if isinstance(exec_props, dict):
-            exec_props.setdefault("cwd", cwd)
-    return kind, verb, properties
+        exec_props = properties.get("exec")
+        if exec_props is None or isinstance(exec_props, dict):
+            properties["exec"] = {"cwd": cwd, **(exec_props or {})}
 
 
 def code_stamp(package_file: str, *names: str) -> str:

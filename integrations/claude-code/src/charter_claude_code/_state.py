@@ -119,7 +119,10 @@ class SessionState:
 
     `intents`: tool_use_id -> the intent a PreToolUse allowed (wire form, with its verdict).
     `asks`: tool_use_id -> {"step": wire form, "verdict": the ask verdict} awaiting the human.
-    `pending`: tool_use_id -> an outcome whose recording failed, retried by the next call.
+    `pending`: tool_use_id -> an outcome whose recording failed, retried by the next call
+    (``{"how": ok|failed|abandoned, "output"?, "error"?}``; the intent stays in `intents`).
+    `ungoverned`: tool_use_id -> why a call runs without being judged (fail_mode open and
+    Charter could not decide): nothing is recorded for it.
     `head`: the highest seq of the task this session has seen stored; a store holding less
     was deleted or replaced, and the session's history with it.
     """
@@ -132,6 +135,7 @@ class SessionState:
     intents: dict[str, dict[str, Any]] = field(default_factory=dict)
     asks: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ungoverned: dict[str, dict[str, Any]] = field(default_factory=dict)
     _loaded: str = ""
 
     @classmethod
@@ -159,6 +163,7 @@ class SessionState:
                 intents=_table(data.get("intents")),
                 asks=_table(data.get("asks")),
                 pending=_table(data.get("pending")),
+                ungoverned=_table(data.get("ungoverned")),
             )
         except (ValueError, TypeError) as exc:
             raise StateError(
@@ -179,6 +184,7 @@ class SessionState:
                 "intents": self.intents,
                 "asks": self.asks,
                 "pending": self.pending,
+                "ungoverned": self.ungoverned,
             },
             ensure_ascii=False,
             sort_keys=True,
