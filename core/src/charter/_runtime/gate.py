@@ -354,10 +354,17 @@ class Gate:
                     "the governor has its settings and approver already"
                 )
             self.governor = governor
+            owned = False
         else:
             self.governor = Governor(approver=approver, **settings)
+            owned = True
         self.framework = framework
-        self._templates: Any = _load_templates(self.governor.runner.settings.template_location)
+        try:
+            self._templates: Any = _load_templates(self.governor.runner.settings.template_location)
+        except BaseException:
+            if owned:  # a refused template file must not leave a runner (and its threads)
+                self.governor.close(0)
+            raise
 
     @property
     def agent_id(self) -> str:
