@@ -26,6 +26,7 @@ from charter._runtime.gate import (
     approval_request,
     claim,
     current_claim,
+    inherited_claim,
     read_answers,
     run_task_id,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "chat_message",
     "claim",
     "current_claim",
+    "inherited_claim",
     "message_step",
     "model_outcome",
     "model_step",

@@ -385,3 +385,17 @@ def test_outputs_are_cut_to_the_output_limits_and_inputs_never_are(
     assert step["input"]["text"] == long  # what was judged is what is kept
     assert step["output"]["echo"] == "y" * 10 + "…[truncated 90 chars]"
     assert step["output"]["rows"] == [1, 2, "…[2 more items]"]
+
+
+def test_a_claim_travels_in_run_metadata_for_its_own_governor_only() -> None:
+    gov = Governor(policies=[], audit_location="stdout")
+    other = Governor(policies=[], audit_location="stdout")
+    meta = ci.Claim("tool", "c1", "send_email", gov, "t1").metadata()
+    found = ci.inherited_claim(meta, gov)
+    assert found is not None and found.task_id == "t1" and found.governor is gov
+    assert found.covers("tool", "c1") and not found.covers("tool", "c2")
+    assert ci.inherited_claim(meta, other) is None  # another Governor's claim is not ours
+    assert ci.inherited_claim({ci.CLAIM_KEY: {"governor": id(gov)}}, gov) is None
+    assert ci.inherited_claim(None, gov) is None
+    gov.close(1.0)
+    other.close(1.0)

@@ -414,3 +414,19 @@ def test_constructor_refusals(make_governor: Any) -> None:
         CharterCallbackHandler(gov, agent_id="other")
     with pytest.raises(ValueError, match="unknown setting"):
         CharterCallbackHandler(policies=[], polcy_file="x.yaml")
+
+
+def test_a_claim_inherited_in_run_metadata_is_honoured(
+    make_governor: Any, tools: dict[str, Any], ran: Counter[str]
+) -> None:
+    """A framework that hands child runs its metadata (and not the context) still keeps the
+    handler from recording a step it governs itself, and nested steps join its task."""
+    gov, audit = make_governor()
+    handler = CharterCallbackHandler(gov)
+    with gov.task("outer"):
+        claim = charter.integration.Claim("tool", None, "get_weather", gov, "outer")
+        config = {**_cfg(handler), "metadata": claim.metadata()}
+        tools["get_weather"].invoke({"city": "Oslo"}, config=config)
+    assert ran["get_weather"] == 1
+    (task,) = audit.tasks()
+    assert [r["kind"] for r in task] == ["task.start", "task.end"]  # nothing recorded twice

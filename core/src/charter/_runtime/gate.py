@@ -56,6 +56,7 @@ __all__ = [
     "approval_request",
     "claim",
     "current_claim",
+    "inherited_claim",
     "read_answers",
     "run_task_id",
 ]
@@ -292,6 +293,30 @@ class Claim:
                 "governor": id(self.governor),
             }
         }
+
+
+def inherited_claim(metadata: Mapping[str, Any] | None, governor: Governor) -> Claim | None:
+    """The claim a framework carried to a run in its inherited run metadata (under
+    `CLAIM_KEY`, from `Claim.metadata`) when it was made with `governor`; None otherwise.
+
+    For frameworks that hand child runs their parent's metadata across boundaries a context
+    variable does not cross. The claim returned is a copy: `covers` tells whether it is for
+    the run at hand (a metadata claim is inherited by every child, so it is never "taken").
+    """
+    found = metadata.get(CLAIM_KEY) if isinstance(metadata, Mapping) else None
+    if not isinstance(found, Mapping) or found.get("governor") != id(governor):
+        return None
+    task_id, kind = found.get("task_id"), found.get("kind")
+    if not isinstance(task_id, str) or not isinstance(kind, str):
+        return None
+    call_id, name = found.get("call_id"), found.get("name")
+    return Claim(
+        kind,
+        call_id if isinstance(call_id, str) else None,
+        name if isinstance(name, str) else None,
+        governor,
+        task_id,
+    )
 
 
 _current: contextvars.ContextVar[Claim | None] = contextvars.ContextVar(

@@ -147,8 +147,10 @@ class CharterCallbackHandler(BaseCallbackHandler):
         call_id: str | None = None,
         *,
         root_inputs: Any = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
-        """Gate the run `build(ids)` describes, unless another integration claimed it.
+        """Gate the run `build(ids)` describes, unless another integration claimed it (in
+        this context, or in the run metadata it inherited).
 
         Raises BlockedStepError when the step may not run (LangChain then fails the run
         with it and the step never starts)."""
@@ -158,6 +160,11 @@ class CharterCallbackHandler(BaseCallbackHandler):
             claim = ci.current_claim()
             if claim is not None and claim.take(claim_kind, call_id, name):
                 return  # the integration that claimed this call gates and records it
+            inherited = ci.inherited_claim(metadata, self.governor)
+            if inherited is not None and inherited.covers(claim_kind, call_id, name):
+                return  # claimed upstream, and the claim came down in the run's metadata
+            if claim is None or claim.governor is not self.governor:
+                claim = inherited or claim
             try:
                 step = build(ids)
             except Exception as exc:
@@ -240,6 +247,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
             lambda ids: self._gate.tool_step(name, args, ids=ids),
             "chain",
             name,
+            metadata=metadata,
         )
 
     def on_chain_end(self, outputs: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -274,7 +282,15 @@ class CharterCallbackHandler(BaseCallbackHandler):
                 ids=ids,
             )
 
-        self._start(run_id, parent_run_id, build, "model", name, root_inputs={"messages": messages})
+        self._start(
+            run_id,
+            parent_run_id,
+            build,
+            "model",
+            name,
+            root_inputs={"messages": messages},
+            metadata=metadata,
+        )
 
     def on_llm_start(
         self,
@@ -295,6 +311,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
             "model",
             name,
             root_inputs={"prompts": prompts},
+            metadata=metadata,
         )
 
     def on_llm_end(self, response: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -334,6 +351,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
             name,
             call_id,
             root_inputs=args,
+            metadata=metadata,
         )
 
     def on_tool_end(self, output: Any, *, run_id: UUID, **kwargs: Any) -> None:
@@ -372,6 +390,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
             "retriever",
             name,
             root_inputs={"query": query},
+            metadata=metadata,
         )
 
     def on_retriever_end(self, documents: Any, *, run_id: UUID, **kwargs: Any) -> None:

@@ -16,8 +16,8 @@ import threading
 import types
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,7 @@ from charter.integration import (
 )
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables.config import var_child_runnable_config
 
 # RunnableCallable is what LangGraph makes of every node function (no public name): the
 # wrapper must be one too, so that LangGraph still finds a subgraph node's graph and injects
@@ -416,7 +417,7 @@ class Governance:
         Governor (charter-langchain's handler) then neither gates nor records it again."""
         if state is None:
             return nullcontext()
-        return claim(Claim(kind, call_id, name, self.governor, state.task_id))
+        return _claimed(Claim(kind, call_id, name, self.governor, state.task_id))
 
     # -- one node run -----------------------------------------------------------------------------
 
@@ -864,3 +865,22 @@ async def _apaused(graph: Any, config: dict[str, Any]) -> bool:
     except Exception as exc:
         report_internal_error(exc, "langgraph: whether the run paused")
         return True
+
+
+@contextmanager
+def _claimed(held: Claim) -> Iterator[Claim]:
+    """Hold `held` in the context and in the run metadata child runs inherit: LangChain
+    copies a parent's config (metadata included) to every child run, also where a context
+    variable set here would not reach."""
+    config = var_child_runnable_config.get()
+    inherited = dict(config) if config else {}
+    inherited["metadata"] = {**(inherited.get("metadata") or {}), **held.metadata()}
+    token = var_child_runnable_config.set(inherited)  # type: ignore[arg-type]
+    try:
+        with claim(held):
+            yield held
+    finally:
+        try:
+            var_child_runnable_config.reset(token)
+        except ValueError:  # reset from another context (a generator finalised elsewhere)
+            var_child_runnable_config.set(config)
