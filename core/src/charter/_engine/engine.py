@@ -78,7 +78,8 @@ class EvalResult:
 
     `recorded_seq` is set when the runner recorded the step itself (a blocked step is recorded
     by the gate that blocked it). `reason` is one line for the user or the model. `monitored`
-    is True when monitor mode let through a step that would have been blocked or asked.
+    is True when monitor mode let through a step that would have been blocked or asked;
+    `failed_open` when fail_mode open let through a step Charter could not judge.
     """
 
     decision: Decision
@@ -88,6 +89,7 @@ class EvalResult:
     recorded_seq: int | None = None
     reason: str = ""
     monitored: bool = False
+    failed_open: bool = False
 
     @property
     def violations(self) -> tuple[PolicyResult, ...]:

@@ -707,7 +707,7 @@ class Governor:
             raise BlockedError(_line(result.reason), result)
         if result.decision is Decision.WARN:
             self._warn(b, result)
-        elif result.monitored:
+        elif result.monitored or result.failed_open:
             self._incident(b, result.reason)
         return result
 

@@ -294,7 +294,13 @@ class Runner:
                 Decision.BLOCK, 1.0, (), b.action_id, None, f"blocked: {why}; fail_mode is closed"
             )
         return EvalResult(
-            Decision.ALLOW, 0.0, (), b.action_id, None, f"allowed: {why}; fail_mode is open"
+            Decision.ALLOW,
+            0.0,
+            (),
+            b.action_id,
+            None,
+            f"allowed: {why}; fail_mode is open",
+            failed_open=True,
         )
 
     def _verdict(self, result: EvalResult) -> dict[str, Any]:

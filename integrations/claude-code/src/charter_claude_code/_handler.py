@@ -490,7 +490,10 @@ class _Call:
         warning = None
         if warned:
             warning = f"Charter warning on {tool_name}: {reason}"
-        elif reason.startswith("monitor mode") or "fail_mode is open" in reason:
+        elif decision.handle is None or (
+            decision.result is not None
+            and (decision.result.monitored or decision.result.failed_open)
+        ):
             warning = f"Charter is not enforcing this step: {reason}"
         return pre_tool_use(
             "warn" if warned else "allow", f"Charter: {reason}", auto_approve=auto, warning=warning
