@@ -305,3 +305,30 @@ def test_concurrent_recording_keeps_seq_strict_and_complete() -> None:
         t.join()
     seqs = [b.seq for b in engine.get_history("t1")]
     assert seqs == list(range(1, 802))
+
+
+def test_may_ask_reads_only_the_selectors_of_policies_that_ask() -> None:
+    engine = PolicyEngine(
+        [
+            {
+                "name": "ask-deletes",
+                "rule_type": "deny",
+                "severity": "high",
+                "action": "ask",
+                "match": {"kinds": ["step.resource"], "verbs": ["DELETE"]},
+            },
+            {
+                "name": "no-rm",
+                "rule_type": "deny",
+                "severity": "critical",
+                "match": {"kinds": ["step.exec"]},
+            },
+        ]
+    )
+
+    def probe(kind: str, verb: str | None) -> Behavior:
+        return Behavior(agent_id="a", task_id="t", kind=kind, verb=verb, step_name="x")
+
+    assert engine.may_ask(probe("step.resource", "DELETE"))
+    assert not engine.may_ask(probe("step.resource", "GET"))
+    assert not engine.may_ask(probe("step.exec", None))  # it blocks; it never asks

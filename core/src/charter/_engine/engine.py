@@ -222,6 +222,12 @@ class PolicyEngine:
     def policies(self) -> tuple[Policy, ...]:
         return tuple(c.policy for c in self._compiled)
 
+    def may_ask(self, intended: Behavior) -> bool:
+        """False when no loaded policy with ``action: ask`` selects `intended` (by kind, verb
+        and step name alone, no rule is run), so no evaluation can answer ask; errs towards
+        True (the filters on environment, classification and agent are not applied)."""
+        return any(c.ask and c.selector.matches(intended) for c in self._compiled)
+
     def load_report(self) -> LoadReport:
         """The current load state and counts (see LoadReport)."""
         with self._lock:

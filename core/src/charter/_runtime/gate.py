@@ -34,7 +34,7 @@ from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
-from charter._model.identifiers import task_id_from
+from charter._model.identifiers import step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
 from charter._policy.policy import Severity
 from charter._runtime.approval import ApprovalRequest
@@ -472,7 +472,16 @@ class Gate:
         raises (None on error: `decide` then fails closed)."""
         try:
             runner = self.governor.runner
-            if not any(p.action == "ask" for p in runner.engine.policies):
+            # Selectors read kind, verb and name only: a probe without payloads is enough
+            # to skip the full build and the preview for the (many) steps nothing asks about.
+            probe = Behavior(
+                agent_id=self.agent_id,
+                task_id=task_id,
+                kind=step.kind,  # type: ignore[arg-type]
+                verb=step.verb,  # type: ignore[arg-type]
+                step_name=step_name_from(step.name),
+            )
+            if not runner.engine.may_ask(probe):
                 return None
             b = self._behavior(step, task_id)
             if self.governor._has_approval(b):

@@ -157,14 +157,20 @@ def model_step(
     tools: Sequence[str] = (),
     prompts: Sequence[str] | None = None,
     ids: Mapping[str, Any] | None = None,
+    message_count: int | None = None,
 ) -> Step:
     """A model call: ``step.model`` named after the model. Input: the messages new since
     the model's last turn (see `new_messages`) and how many it is sent in all, or the
-    `prompts` of a completion model."""
+    `prompts` of a completion model.
+
+    Pass every message of the call, or (cheaper in a long run: nothing older is converted)
+    only those after the model's last turn with `message_count` the number sent in all.
+    """
     if prompts is not None:
         data: dict[str, Any] = {"prompts": [str(p) for p in prompts]}
     else:
-        data = {"messages": new_messages(messages), "message_count": len(messages)}
+        count = len(messages) if message_count is None else message_count
+        data = {"messages": new_messages(messages), "message_count": count}
     props = {
         "model": _group(
             name=str(model),

@@ -78,11 +78,21 @@ def model_step(
     params: Mapping[str, Any] | None = None,
     ids: Mapping[str, Any] | None = None,
 ) -> ci.Step:
-    """A chat model call (see `charter.integration.model_step`)."""
+    """A chat model call (see `charter.integration.model_step`): only the messages after
+    the model's last turn are converted (the earlier ones are in the trail already)."""
+    start = next(
+        (
+            i + 1
+            for i in range(len(messages) - 1, -1, -1)
+            if getattr(messages[i], "type", None) == "ai"
+        ),
+        0,
+    )
     return ci.model_step(
         FRAMEWORK,
         name,
-        [message_json(m) for m in messages],
+        [message_json(m) for m in messages[start:]],
+        message_count=len(messages),
         provider=provider,
         params=request_params(params),
         tools=tools,
