@@ -35,7 +35,6 @@ from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
 from charter._model.identifiers import step_name_from, task_id_from
-from charter._model.ijson import canonical_digest
 from charter._policy.policy import Severity
 from charter._runtime.approval import ApprovalRequest
 from charter._runtime.governor import Governor, StepHandle
@@ -109,10 +108,11 @@ class Blocked:
     def recorded(self) -> bool:
         return self.result is not None and self.result.recorded_seq is not None
 
-    def error(self) -> BlockedError:
-        """The refusal as the exception to raise where the framework needs one (a
-        PermissionError: retry machinery does not retry it)."""
-        return BlockedError(self.reason, self.result, step_name=self.step.name, kind=self.step.kind)
+    def error(self, cls: type[BlockedError] = BlockedError) -> BlockedError:
+        """The refusal as the exception to raise where the framework needs one: a
+        `charter.BlockedError` (a PermissionError: retry machinery does not retry it), or
+        the integration's own subclass `cls`."""
+        return cls(self.reason, self.result, self.step.name, self.step.kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -378,17 +378,24 @@ class Gate:
                     f"pass either governor= or setting keywords, not both (got {names}); "
                     "the governor has its settings and approver already"
                 )
-            self.governor = governor
-            owned = False
+            self._bind(framework, governor, owned=False)
         else:
-            self.governor = Governor(approver=approver, **settings)
-            owned = True
+            self._bind(framework, Governor(approver=approver, **settings), owned=True)
+
+    def _bind(
+        self, framework: str, governor: Governor, *, owned: bool, templates: Any = None
+    ) -> None:
+        self.governor = governor
         self.framework = framework
         try:
-            self._templates: Any = _load_templates(self.governor.runner.settings.template_location)
+            self._templates: Any = (
+                templates
+                if templates is not None
+                else _load_templates(governor.runner.settings.template_location)
+            )
         except BaseException:
             if owned:  # a refused template file must not leave a runner (and its threads)
-                self.governor.close(0)
+                governor.close(0)
             raise
 
     @property
@@ -712,10 +719,6 @@ class Gate:
         )
         return StepHandle(self.governor, b, result)
 
-    def digest(self, step: Step) -> str:
-        """The SHA-256 an approval of `step` is bound to."""
-        return canonical_digest(step.input)
-
     # -- integrations that run one process per event (Claude Code hooks) ----------------------
 
     @classmethod
@@ -738,15 +741,7 @@ class Gate:
         governor = Governor(Runner(settings), approver=approver)
         governor._owns_runner = True
         gate = cls.__new__(cls)
-        gate.governor = governor
-        gate.framework = framework
-        try:
-            gate._templates = (
-                templates if templates is not None else _load_templates(settings.template_location)
-            )
-        except BaseException:
-            governor.close(0.0)
-            raise
+        gate._bind(framework, governor, owned=True, templates=templates)
         return gate
 
     def store_health(self) -> dict[str, Any]:

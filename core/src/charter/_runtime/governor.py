@@ -28,6 +28,7 @@ from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
 from charter._model.capture import capture
 from charter._model.errors import BlockedError, PolicyWarning
 from charter._model.identifiers import step_name_from, task_id_from
+from charter._model.ijson import canonical_digest
 from charter._policy.policy import Severity
 from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
 from charter._runtime.runner import Runner, derive
@@ -647,9 +648,8 @@ class Governor:
         """
         request = step if isinstance(step, ApprovalRequest) else ApprovalRequest(step, (), "")
         gate = self._record_gate(task_id, request, Approval(bool(approved), by, why))
-        key = (task_id, request.behavior.step_name, request.digest)
         with self._lock:
-            self._approvals.setdefault(key, []).append(gate[1])
+            self._approvals.setdefault(_approval_key(task_id, request.behavior), []).append(gate[1])
         return gate[0]
 
     def _record_gate(
@@ -662,12 +662,11 @@ class Governor:
         return recorded, _Gate(approval.approved, str(approval.by), str(approval.why), recorded.seq)
 
     def _has_approval(self, b: Behavior) -> bool:
-        key = (b.task_id, b.step_name, ApprovalRequest(b, (), "").digest)
         with self._lock:
-            return bool(self._approvals.get(key))
+            return bool(self._approvals.get(_approval_key(b.task_id, b)))
 
     def _take_approval(self, b: Behavior) -> _Gate | None:
-        key = (b.task_id, b.step_name, ApprovalRequest(b, (), "").digest)
+        key = _approval_key(b.task_id, b)
         with self._lock:
             found = self._approvals.get(key)
             if not found:
@@ -860,6 +859,11 @@ def _caller_level() -> int:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level
+
+
+def _approval_key(task_id: str, b: Behavior) -> tuple[str, str, str]:
+    """What an answer is kept under: the task, the step's name and its input's digest."""
+    return (task_id, b.step_name, canonical_digest(b.input or {}))
 
 
 def _is_async(fn: Any) -> bool:

@@ -104,6 +104,11 @@ def tool_step(
     return Step(kind, verb, name, {str(k): v for k, v in (args or {}).items()}, props)
 
 
+def _check_role(role: str) -> None:
+    if role not in ROLES:
+        raise ValueError(f"message role {role!r} is not one of {', '.join(ROLES)}")
+
+
 def chat_message(
     role: str,
     content: Any,
@@ -116,8 +121,7 @@ def chat_message(
     """One model message in the shape every integration records: ``{role, content}`` plus
     ``name``, ``tool_calls`` (``[{id, name, args}]``), ``tool_call_id`` and ``status`` when
     known. Refuses (ValueError) a role outside `ROLES`."""
-    if role not in ROLES:
-        raise ValueError(f"message role {role!r} is not one of {', '.join(ROLES)}")
+    _check_role(role)
     out: dict[str, Any] = {"role": role, "content": capture(content)}
     if name:
         out["name"] = str(name)
@@ -221,8 +225,7 @@ def message_step(
     trusted content `value_provenance` reads), ``POST`` for one it sends (to `to`)."""
     if verb not in ("GET", "POST"):
         raise ValueError(f"a message step's verb is GET (received) or POST (sent), not {verb!r}")
-    if role not in ROLES:
-        raise ValueError(f"message role {role!r} is not one of {', '.join(ROLES)}")
+    _check_role(role)
     data: dict[str, Any] = {"content": capture(content)}
     if to is not None:
         data["to"] = capture(to)

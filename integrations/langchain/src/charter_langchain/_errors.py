@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import charter
-import charter.integration as ci
 
 
 class BlockedStepError(charter.BlockedError):
@@ -13,10 +12,3 @@ class BlockedStepError(charter.BlockedError):
     exceptions never retries it. `reason` is the one-line refusal, `result` the evaluation
     (None when Charter could not evaluate at all), `step_name` and `kind` name the step.
     """
-
-
-def blocked_error(decision: ci.Blocked) -> BlockedStepError:
-    """The exception for a `Blocked` decision."""
-    return BlockedStepError(
-        decision.reason, decision.result, decision.step.name, decision.step.kind
-    )

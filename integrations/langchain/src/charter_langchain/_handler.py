@@ -30,7 +30,7 @@ from charter import report_internal_error
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.tools import ToolException
 
-from ._errors import blocked_error
+from ._errors import BlockedStepError
 from ._translate import (
     FRAMEWORK,
     callback_model_identity,
@@ -133,7 +133,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
                     str(root.run_id), root.name, _root_input(root.inputs)
                 )
                 if isinstance(started, ci.Blocked):
-                    raise blocked_error(started)
+                    raise started.error(BlockedStepError)
                 root.task_id = started
             return root.task_id
 
@@ -178,7 +178,7 @@ class CharterCallbackHandler(BaseCallbackHandler):
                 run.governed = True
                 return
             assert isinstance(decision, ci.Blocked)  # without pause the approver answers
-            raise blocked_error(decision)
+            raise decision.error(BlockedStepError)
         except BaseException as exc:
             if is_root:
                 # No end event follows a refused start: close the run's task here.

@@ -27,7 +27,7 @@ from langgraph.config import get_config
 from langgraph.errors import GraphBubbleUp
 from langgraph.types import interrupt
 
-from ._errors import BlockedStepError, blocked_error
+from ._errors import BlockedStepError
 from ._translate import (
     FRAMEWORK,
     jsonish,
@@ -133,7 +133,7 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         started = self._gate.start_task(task_id, str(name), start_input)
         if isinstance(started, ci.Blocked):
             if self.on_block == "raise":
-                raise blocked_error(started)
+                raise started.error(BlockedStepError)
             return {
                 "messages": [AIMessage(content=started.reason)],
                 "jump_to": "end",
@@ -247,11 +247,11 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             return await asyncio.to_thread(self._admit, step, task_id)
         return self._admit(step, task_id)
 
-    def _refused(self, task_id: str | None, decision: ci.Decision) -> BlockedStepError:
+    def _refused(self, task_id: str | None, decision: ci.Decision) -> charter.BlockedError:
         """The refusal to hand the agent; in raise mode the task is closed with it and it is
         raised instead."""
         assert isinstance(decision, ci.Blocked)  # `_admit` settles every ask
-        blocked = blocked_error(decision)
+        blocked = decision.error(BlockedStepError)
         if self.on_block == "raise":
             if task_id:
                 self._gate.end_task(task_id, error=blocked)
@@ -446,12 +446,12 @@ def _id(call: Mapping[str, Any]) -> str | None:
     return str(call.get("id") or "") or None
 
 
-def _model_refusal(blocked: BlockedStepError) -> AIMessage:
+def _model_refusal(blocked: charter.BlockedError) -> AIMessage:
     # No tool calls: the agent loop ends here, with the reason as the last message.
     return AIMessage(content=blocked.reason, response_metadata={"charter": "blocked"})
 
 
-def _tool_refusal(request: Any, blocked: BlockedStepError) -> ToolMessage:
+def _tool_refusal(request: Any, blocked: charter.BlockedError) -> ToolMessage:
     call = request.tool_call
     return ToolMessage(
         content=blocked.reason,
