@@ -399,3 +399,19 @@ def test_a_claim_travels_in_run_metadata_for_its_own_governor_only() -> None:
     assert ci.inherited_claim(None, gov) is None
     gov.close(1.0)
     other.close(1.0)
+
+
+def test_an_edit_of_the_same_tool_is_mapped_from_its_new_arguments(
+    gate: Callable[..., ci.Gate],
+) -> None:
+    ask_deletes = {**ASK_SEND, "name": "ask-delete", "match": {"step_names": ["delete_file"]}}
+    g = gate(ask_deletes)
+    g.start_task("t1", "run")
+    step = g.tool_step("delete_file", {"path": "/tmp/old"}, call_id="c1", ids={"run_id": "r1"})
+    pending = g.decide(step, "t1", pause=True)
+    assert isinstance(pending, ci.Pending)
+    edited = g.answer(pending, ci.Answer("edit", "ann", "", ("delete_file", {"path": "/etc"})))
+    # A path policy reads properties.target: it must see the path that will be deleted.
+    assert edited.properties["target"] == {"path": "/etc"}
+    assert edited.properties["tool"]["call_id"] == "c1"
+    assert edited.properties["framework"] == {"name": "toy", "run_id": "r1"}

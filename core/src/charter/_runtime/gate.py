@@ -560,13 +560,24 @@ class Gate:
             replaced = self.decide(pending.step, pending.task_id, pause=True)
             if isinstance(replaced, Allowed):  # no policy asks any more: still never runs
                 self.abandon(replaced.handle)
-            name, args = answer.edited
-            if name == pending.step.name:
-                return pending.step.with_input(name, args)
-            return self.tool_step(name, args, call_id=pending.call_id)
+            edited = self.edit(pending, answer)
+            assert edited is not None
+            return edited
         approved = answer.kind == "approve"
         gov.record_approval(pending.task_id, pending.request, approved, answer.by, answer.why)
         return pending.step
+
+    def edit(self, pending: Pending, answer: Answer) -> Step | None:
+        """The step a reviewer's edit stands for, as it will be judged (None: no edit),
+        without recording anything: the edited tool and arguments mapped through the
+        templates afresh (properties such as ``target.path`` come from the new arguments),
+        with the call id and framework ids of the original."""
+        if answer.kind != "edit" or answer.edited is None:
+            return None
+        name, args = answer.edited
+        ids = dict(pending.step.properties.get("framework") or {})
+        ids.pop("name", None)
+        return self.tool_step(name, args, call_id=pending.call_id, ids=ids)
 
     # -- recording ----------------------------------------------------------------------------
 

@@ -60,15 +60,6 @@ class Step:
     input: dict[str, Any] = field(default_factory=dict)
     properties: dict[str, Any] = field(default_factory=dict)
 
-    def with_input(self, name: str, input: Mapping[str, Any]) -> Step:
-        """This step with another name and input (a reviewer's edit), the tool's name and
-        properties following the new name."""
-        props = dict(self.properties)
-        tool = props.get("tool")
-        if isinstance(tool, Mapping):
-            props["tool"] = {**tool, "name": name}
-        return Step(self.kind, self.verb, name, dict(input), props)
-
 
 def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": framework}

@@ -358,7 +358,10 @@ class Governance:
             value = interrupt(approval_request(pending))
             answers = read_answers(_unstale(value, pending), pending)
             answered.extend(zip(pending, answers, strict=True))
-            edits = [_edit_of(self.gate, p, a) for p, a in zip(pending, answers, strict=True)]
+            edits = [
+                self.gate.edit(p, a) if p.call_id is not None else None
+                for p, a in zip(pending, answers, strict=True)
+            ]
             pending = [
                 q for e in edits if e is not None and (q := self.gate.pending(e, state.task_id))
             ]
@@ -726,16 +729,6 @@ class Governance:
             if error is None:
                 raise
             error.add_note(f"charter: the task's end could not be recorded: {exc}")
-
-
-def _edit_of(gate: Gate, pending: Pending, answer: Answer) -> Step | None:
-    """The tool call a reviewer's edit stands for, as it will be judged (None: no edit)."""
-    if answer.kind != "edit" or answer.edited is None or pending.call_id is None:
-        return None
-    name, args = answer.edited
-    ids = {k: v for k, v in (pending.step.properties.get("framework") or {}).items()}
-    ids.pop("name", None)
-    return gate.tool_step(name, args, call_id=pending.call_id, ids=ids)
 
 
 def _task_of(state: TaskState | None) -> str:
