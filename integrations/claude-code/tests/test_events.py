@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
+import pytest
+
 
 def test_allow_warn_ask_block_answers_and_what_ran(claude, project, audit):
     assert claude.start().json() == {}
@@ -200,3 +202,16 @@ def test_a_call_changed_after_judging_is_flagged(claude, audit):
     assert "input_changed" in post.json()["hookSpecificOutput"]["additionalContext"]
     step = audit.records("sess-1")[-1]
     assert step["input"] == judged and step["properties"]["claude"]["input_changed"] is True
+
+
+@pytest.mark.parametrize(
+    ("args", "limit", "size"), [([], 32_768, 40_000), (["--max-output-chars", "10"], 10, 50)]
+)
+def test_long_tool_output_is_cut_once_at_the_output_limit(claude, audit, args, limit, size):
+    claude.args = args
+    claude.start()
+    ran = claude.tool("Bash", {"command": f"head -c {size} /dev/zero | tr '\\0' x"})
+    assert ran.ran and ran.output["stdout"] == "x" * size
+    (step,) = [r for r in audit.records("sess-1") if r["kind"] == "step.exec"]
+    # One cut, with the true count: not a cut of an already cut string.
+    assert step["output"]["stdout"] == "x" * limit + f"…[truncated {size - limit} chars]"

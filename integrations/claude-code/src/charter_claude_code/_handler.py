@@ -78,8 +78,9 @@ class HookConfig:
     `project_dir` overrides ``$CLAUDE_PROJECT_DIR`` / the event's cwd; `audit_location` and
     `agent_id` override the defaults (``sqlite:///<project>/.charter/audit.db``,
     ``claude-code``; ``CHARTER_AUDIT_LOCATION`` / ``CHARTER_AGENT_ID`` also work);
-    `max_output_chars` bounds each string of a recorded tool response, so that restoring a
-    long session stays fast; `cache` keeps parsed manifests and templates under
+    `max_output_chars` sets the core setting of that name (each string of a recorded tool
+    response is cut there, so restoring a long session stays fast; default 32,768 or
+    ``CHARTER_MAX_OUTPUT_CHARS``); `cache` keeps parsed manifests and templates under
     ``.charter/claude-code/cache`` between calls. Every other setting comes from
     ``CHARTER_*`` variables.
     """
@@ -91,7 +92,7 @@ class HookConfig:
     project_dir: str | None = None
     audit_location: str | None = None
     agent_id: str | None = None
-    max_output_chars: int = 32_768
+    max_output_chars: int | None = None
     cache: bool = True
 
 
@@ -588,11 +589,13 @@ class _Call:
     def _how(self, failed: bool) -> dict[str, Any]:
         """The outcome the event reports, in the form the session state keeps for a retry."""
         if not failed:
-            response = self.charter.capture(
-                self.event.get("tool_response"), max_string=self.config.max_output_chars
-            )
-            output = response if isinstance(response, dict) else {"value": response}
-            return {"how": "ok", "output": output}
+            # Parsed from the hook's JSON, so it is kept as it came; the Gate captures and
+            # cuts it once, at the output limits, when it is recorded.
+            response = self.event.get("tool_response")
+            return {
+                "how": "ok",
+                "output": response if isinstance(response, dict) else {"value": response},
+            }
         if self.event.get("is_interrupt") is True:
             return {"how": "abandoned"}
         error = self.event.get("error")
@@ -705,6 +708,8 @@ def open_gate(
         kw["audit_location"] = config.audit_location
     elif not environ.get("CHARTER_AUDIT_LOCATION", "").strip():
         kw["audit_location"] = f"sqlite:///{root}/.charter/audit.db"
+    if config.max_output_chars is not None:
+        kw["max_output_chars"] = config.max_output_chars
     if config.agent_id:
         kw["agent_id"] = config.agent_id
     elif not environ.get("CHARTER_AGENT_ID", "").strip():
