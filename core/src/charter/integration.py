@@ -6,7 +6,9 @@ step runs (`Allowed` with the handle to settle, `Blocked` with its reason, or `P
 person), and settles the step after it ran. The Gate applies fail mode, the recording rule,
 approvals and task lifecycle the same way for every framework; claims make sure that two
 integrations active on one Governor record each step once, in one task. An integration
-never touches the Runner or the PolicyEngine. The README's "Writing an integration" section
+never touches the Runner or the PolicyEngine. A raw model client (OpenAI, Anthropic,
+Ollama) maps onto `ModelClient`, the one lifecycle for model calls, their streams and the
+tool calls they ask for. The README's "Writing an integration" section
 walks through a whole one.
 """
 
@@ -31,6 +33,17 @@ from charter._runtime.gate import (
     run_task_id,
 )
 from charter._runtime.governor import StepHandle
+from charter._runtime.models import (
+    ModelCall,
+    ModelClient,
+    ModelReply,
+    ToolCall,
+    ToolResult,
+    ToolVerdict,
+    remember_verdicts,
+    tool_call,
+    tool_verdicts,
+)
 from charter._runtime.steps import (
     ROLES,
     Step,
@@ -54,10 +67,16 @@ __all__ = [
     "Claim",
     "Decision",
     "Gate",
+    "ModelCall",
+    "ModelClient",
+    "ModelReply",
     "Pending",
     "RunNotFinishedError",
     "Step",
     "StepHandle",
+    "ToolCall",
+    "ToolResult",
+    "ToolVerdict",
     "approval_request",
     "chat_message",
     "claim",
@@ -69,7 +88,10 @@ __all__ = [
     "new_messages",
     "node_step",
     "read_answers",
+    "remember_verdicts",
     "run_task_id",
+    "tool_call",
     "tool_step",
+    "tool_verdicts",
     "usage",
 ]

@@ -1,0 +1,409 @@
+"""charter.integration.ModelClient: the one lifecycle of a governed model client, driven by a
+scripted provider function (what the SDK mappings do with a real SDK): a blocked call never
+reaches the provider, outcomes carry usage, stop reason, latency and text, streams are
+finalised once however they end, requested tool calls are judged and run through the Gate."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import charter
+import charter.integration as ci
+import pytest
+
+NO_BIG_MODEL = {
+    "name": "no-big-model",
+    "rule_type": "deny",
+    "severity": "critical",
+    "match": {"kinds": ["step.model"], "step_names": ["big-model"]},
+}
+NO_DELETE = {
+    "name": "no-delete",
+    "rule_type": "deny",
+    "severity": "critical",
+    "match": {"step_names": ["delete_file"]},
+}
+BUDGET = {
+    "name": "token-budget",
+    "rule_type": "budget",
+    "severity": "critical",
+    "match": {"kinds": ["step.model"]},
+    "params": {"field": "properties.model.usage.total_tokens", "limit": 100},
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name in list(os.environ):
+        if name.startswith("CHARTER_"):
+            monkeypatch.delenv(name)
+    monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def client(tmp_path: Path) -> Iterator[Callable[..., ci.ModelClient]]:
+    built: list[ci.ModelClient] = []
+
+    def build(*policies: dict[str, Any], **settings: Any) -> ci.ModelClient:
+        settings.setdefault("audit_location", f"sqlite:///{tmp_path / 'audit.db'}")
+        settings.setdefault("audit_durability", "sync")
+        gate = ci.Gate("scripted", policies=list(policies), agent_id="bot", **settings)
+        mc = ci.ModelClient(gate, "scripted-provider")
+        built.append(mc)
+        return mc
+
+    yield build
+    for mc in built:
+        mc.close()
+        mc.gate.governor.close(5.0)
+
+
+def trail(mc: ci.ModelClient) -> list[dict[str, Any]]:
+    gov = mc.gate.governor
+    gov.flush(5.0)
+    store = gov.runner.store
+    assert store is not None
+    assert store.verify().ok
+    out: list[dict[str, Any]] = []
+    for task in store.list_tasks(gov.runner.agent_id):
+        out.extend(store.read_task(task.task_id, gov.runner.agent_id))
+    return out
+
+
+def model_records(mc: ci.ModelClient) -> list[dict[str, Any]]:
+    return [r for r in trail(mc) if r["kind"] == "step.model"]
+
+
+def step(model: str = "small-model", text: str = "hi") -> ci.Step:
+    return ci.model_step(
+        "scripted",
+        model,
+        [ci.chat_message("user", text)],
+        provider="scripted-provider",
+        params={"temperature": 0},
+    )
+
+
+def call_provider(mc: ci.ModelClient, sent: list[str], model: str = "small-model") -> Any:
+    """What an SDK mapping does around one non-streaming call."""
+    began = mc.begin(step(model))
+    if isinstance(began, ci.Blocked):
+        raise began.error()
+    sent.append(model)
+    reply = ci.ModelReply(
+        model=f"{model}-2025",
+        text="hello",
+        usage=ci.usage(30, 10),
+        stop_reason="stop",
+        tool_calls=(ci.tool_call("read_file", '{"path": "a.txt"}', "call-1"),),
+    )
+    assert began is not None
+    return began.finish(reply)
+
+
+def test_an_allowed_call_records_model_provider_usage_stop_reason_latency_and_text(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    sent: list[str] = []
+    call_provider(mc, sent)
+    assert sent == ["small-model"]
+    [rec] = model_records(mc)
+    model = rec["properties"]["model"]
+    assert rec["meta"]["charter.outcome"] == "ok"
+    assert model["name"] == "small-model" and model["provider"] == "scripted-provider"
+    assert model["usage"] == {"input_tokens": 30, "output_tokens": 10, "total_tokens": 40}
+    assert model["stop_reason"] == "stop" and model["response_model"] == "small-model-2025"
+    assert isinstance(model["latency_ms"], float) and model["latency_ms"] >= 0
+    assert rec["output"]["text"] == "hello"
+    assert rec["output"]["tool_calls"] == [
+        {"id": "call-1", "name": "read_file", "args": {"path": "a.txt"}}
+    ]
+
+
+def test_a_blocked_call_never_reaches_the_provider_and_is_recorded_once(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client(NO_BIG_MODEL)
+    sent: list[str] = []
+    with pytest.raises(charter.BlockedError, match="no-big-model"):
+        call_provider(mc, sent, "big-model")
+    assert sent == []
+    [rec] = model_records(mc)
+    assert rec["meta"]["charter.outcome"] == "blocked" and rec.get("output") is None
+
+
+def test_payloads_metadata_only_keeps_no_text(client: Callable[..., ci.ModelClient]) -> None:
+    mc = client(payload_mode="metadata_only")
+    call_provider(mc, [])
+    [rec] = model_records(mc)
+    assert "hello" not in str(rec["output"])
+    assert rec["properties"]["model"]["usage"]["total_tokens"] == 40
+
+
+def test_calls_outside_any_task_share_the_clients_own_task_and_a_budget_holds_across_them(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client(BUDGET)
+    sent: list[str] = []
+    call_provider(mc, sent)  # 40
+    call_provider(mc, sent)  # 80
+    call_provider(mc, sent)  # 120: recorded once done, the budget is spent from here on
+    with pytest.raises(charter.BlockedError, match="token-budget"):
+        call_provider(mc, sent)
+    assert len(sent) == 3
+    records = model_records(mc)
+    assert len({r["task_id"] for r in records}) == 1
+    assert [r["meta"]["charter.outcome"] for r in records] == ["ok", "ok", "ok", "blocked"]
+
+
+def test_a_call_inside_gov_task_goes_into_that_task(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    with mc.gate.governor.task(name="outer") as task:
+        call_provider(mc, [])
+    [rec] = model_records(mc)
+    assert rec["task_id"] == task.task_id
+
+
+def test_a_model_call_claimed_by_another_integration_is_left_to_it(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    task = mc.gate.start_task(None, name="framework run")
+    assert isinstance(task, str)
+    with ci.claim(ci.Claim("model", None, None, mc.gate.governor, task)):
+        assert mc.begin(step()) is None
+    with ci.claim(ci.Claim("node", None, "agent", mc.gate.governor, task)):
+        call_provider(mc, [])  # a node's nested model call: recorded, in the node's task
+    [rec] = model_records(mc)
+    assert rec["task_id"] == task
+
+
+def test_a_provider_error_is_recorded_as_the_calls_failure(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    began = mc.begin(step())
+    assert isinstance(began, ci.ModelCall)
+    began.failed(RuntimeError("429 rate limited"))
+    began.finish(ci.ModelReply(text="late"))  # settled once: ignored
+    [rec] = model_records(mc)
+    assert rec["meta"]["charter.outcome"] == "failed"
+    assert "429" in rec["output"]["error"]["message"]
+
+
+def _chunks(n: int) -> Iterator[str]:
+    yield from (f"t{i} " for i in range(n))
+
+
+def _stream(mc: ci.ModelClient, chunks: Iterator[str]) -> tuple[Iterator[str], list[Any]]:
+    began = mc.begin(step())
+    assert isinstance(began, ci.ModelCall)
+    parts: list[str] = []
+    done: list[Any] = []
+
+    def reply(complete: bool) -> ci.ModelReply:
+        return ci.ModelReply(text="".join(parts), usage=ci.usage(5, len(parts)), complete=complete)
+
+    return began.stream(chunks, parts.append, reply, done.append), done
+
+
+def test_a_stream_read_to_its_end_is_recorded_once_with_the_streamed_text(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    observed, done = _stream(mc, _chunks(3))
+    assert list(observed) == ["t0 ", "t1 ", "t2 "]
+    assert done == [()]
+    [rec] = model_records(mc)
+    assert rec["output"] == {"text": "t0 t1 t2 "}
+    assert rec["properties"]["model"]["usage"]["output_tokens"] == 3
+
+
+def test_a_stream_closed_early_is_recorded_with_what_arrived_marked_incomplete(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    observed, _ = _stream(mc, _chunks(10))
+    assert next(observed) == "t0 "
+    observed.close()  # type: ignore[attr-defined]
+    [rec] = model_records(mc)
+    assert rec["meta"]["charter.outcome"] == "ok"
+    assert rec["output"] == {"text": "t0 ", "incomplete": True}
+
+
+def test_a_stream_dropped_half_read_is_finalised_when_collected(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+    observed, _ = _stream(mc, _chunks(10))
+    next(observed)
+    next(observed)
+    del observed
+    gc.collect()
+    [rec] = model_records(mc)
+    assert rec["output"]["text"] == "t0 t1 " and rec["output"]["incomplete"] is True
+
+
+def test_a_stream_object_dropped_unread_is_recorded_abandoned(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    class SdkStream:
+        pass
+
+    mc = client()
+    began = mc.begin(step())
+    assert isinstance(began, ci.ModelCall)
+    owner = SdkStream()
+    began.watch(owner)
+    del owner
+    gc.collect()
+    [rec] = model_records(mc)
+    assert rec["meta"]["charter.outcome"] == "abandoned"
+
+
+def test_an_error_mid_stream_is_the_calls_failure_and_reaches_the_consumer(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    def broken() -> Iterator[str]:
+        yield "t0 "
+        raise ConnectionError("stream cut")
+
+    mc = client()
+    observed, _ = _stream(mc, broken())
+    with pytest.raises(ConnectionError):
+        list(observed)
+    [rec] = model_records(mc)
+    assert rec["meta"]["charter.outcome"] == "failed"
+
+
+@pytest.mark.allow_internal_errors
+def test_a_mapping_fault_on_a_chunk_is_reported_never_raised(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    from charter.testing import swallowed_errors
+
+    mc = client()
+    began = mc.begin(step())
+    assert isinstance(began, ci.ModelCall)
+    before = swallowed_errors()
+    since = before[-1].serial if before else 0
+
+    def fold(chunk: str) -> None:
+        raise KeyError("unexpected chunk shape")
+
+    out = list(began.stream(_chunks(2), fold, lambda complete: ci.ModelReply(text="?")))
+    assert out == ["t0 ", "t1 "]
+    assert any("streamed chunk" in e.where for e in swallowed_errors(since))
+    assert model_records(mc)[0]["meta"]["charter.outcome"] == "ok"
+
+
+def test_async_calls_and_streams_follow_the_same_lifecycle(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client(NO_BIG_MODEL)
+
+    async def chunks() -> AsyncIterator[str]:
+        for i in range(2):
+            yield f"a{i}"
+
+    async def main() -> list[str]:
+        assert isinstance(await mc.abegin(step("big-model")), ci.Blocked)
+        began = await mc.abegin(step())
+        assert isinstance(began, ci.ModelCall)
+        parts: list[str] = []
+        got = [
+            c
+            async for c in began.astream(
+                chunks(), parts.append, lambda complete: ci.ModelReply(text="".join(parts))
+            )
+        ]
+        return got
+
+    assert asyncio.run(main()) == ["a0", "a1"]
+    outcomes = [(r["step_name"], r["meta"]["charter.outcome"]) for r in model_records(mc)]
+    assert outcomes == [("big-model", "blocked"), ("small-model", "ok")]
+
+
+def test_requested_tool_calls_are_judged_on_arrival_and_recorded_only_when_run(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client(NO_DELETE)
+    began = mc.begin(step())
+    assert isinstance(began, ci.ModelCall)
+    calls = (
+        ci.tool_call("read_file", '{"path": "a.txt"}', "c1"),
+        ci.tool_call("delete_file", {"path": "a.txt"}, "c2"),
+        ci.tool_call("read_file", "{not json", "c3"),
+    )
+    verdicts = began.finish(ci.ModelReply(text="", tool_calls=calls))
+    assert [v.decision for v in verdicts[:2]] == ["allow", "block"]
+    assert "no-delete" in verdicts[1].reason
+    assert [r["kind"] for r in trail(mc)] == ["task.start", "step.model"]
+
+    ran: list[str] = []
+
+    def read_file(path: str) -> str:
+        ran.append(path)
+        return "contents"
+
+    def delete_file(path: str) -> str:
+        ran.append(f"deleted {path}")
+        return "gone"
+
+    results = mc.run_tools(calls, {"read_file": read_file, "delete_file": delete_file})
+    assert ran == ["a.txt"]
+    assert [r.ok for r in results] == [True, False, False]
+    assert results[0].content == "contents"
+    assert "no-delete" in (results[1].refusal or "")
+    assert "not valid JSON" in (results[2].refusal or "")
+    tools = [(r["step_name"], r["meta"]["charter.outcome"]) for r in trail(mc)[2:]]
+    assert tools == [("read_file", "ok"), ("delete_file", "blocked")]
+
+
+def test_a_tool_that_raises_is_recorded_failed_and_returned_not_raised(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+
+    def read_file(path: str) -> str:
+        raise FileNotFoundError(path)
+
+    [result] = mc.run_tools(
+        [ci.tool_call("read_file", {"path": "x"}, "c1")], {"read_file": read_file}
+    )
+    assert isinstance(result.error, FileNotFoundError)
+    assert "FileNotFoundError" in result.content
+    assert trail(mc)[-1]["meta"]["charter.outcome"] == "failed"
+
+
+def test_a_model_call_inside_a_governed_tool_lands_in_the_same_task(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client()
+
+    def summarise(text: str) -> Any:
+        return call_provider(mc, [])
+
+    with mc.gate.governor.task(name="outer") as task:
+        mc.run_tools([ci.tool_call("summarise", {"text": "long"}, "c1")], {"summarise": summarise})
+    kinds = [(r["task_id"], r["kind"]) for r in trail(mc) if r["kind"].startswith("step.")]
+    assert kinds == [(task.task_id, "step.model"), (task.task_id, "step.unknown")]
+
+
+def test_verdicts_travel_with_the_response_object() -> None:
+    class Response:
+        pass
+
+    response = Response()
+    verdict = ci.ToolVerdict(ci.tool_call("x", {}), "block", "no")
+    ci.remember_verdicts(response, [verdict])
+    assert ci.tool_verdicts(response) == (verdict,)
+    assert ci.tool_verdicts(Response()) == ()
