@@ -370,17 +370,24 @@ def test_jsonl_record_with_bad_chain_fields(jsonl: tuple[Path, Records]) -> None
     assert _only_break(verify(path)) == ("t2", 3, "malformed")
 
 
-def test_jsonl_torn_last_line_is_a_warning_then_malformed_once_followed(
-    jsonl: tuple[Path, Records], make_entry: EntryFactory
-) -> None:
-    path, records = jsonl
+def _tear(path: Path, records: Records) -> None:
+    """Leave the torn half of a record at the end of the file, as a writer killed mid-append."""
     whole = rfc8785.dumps(_forge(records[("t2", 4)], seq=5, prev_hash=records[("t2", 4)]["hash"]))
     with path.open("ab") as handle:
         handle.write(whole[: len(whole) // 2])
+
+
+def test_jsonl_torn_last_line_is_a_warning_and_stays_one_once_followed(
+    jsonl: tuple[Path, Records], make_entry: EntryFactory
+) -> None:
+    path, records = jsonl
+    _tear(path, records)
     report = verify(path)
     assert report.ok, str(report)
     assert report.steps_checked == 10
-    assert "last line (11) of audit.jsonl is torn" in report.warnings[0]
+    assert (
+        "last line (11) of audit.jsonl is a truncated, unacknowledged write" in (report.warnings[0])
+    )
     assert str(report).startswith("ok: 2 chains, 10 steps verified (1 warning: ")
 
     store = open_store(path)
@@ -390,10 +397,62 @@ def test_jsonl_torn_last_line_is_a_warning_then_malformed_once_followed(
         store.close()
     assert (added[0]["seq"], added[0]["prev_hash"]) == (5, records[("t2", 4)]["hash"])
     assert _lines(path)[-1] == rfc8785.dumps(added[0]) + b"\n"
+    assert _lines(path)[-2].startswith(b'{"charter.fence":{"length":')
+    for later in range(2):  # and it stays verifiable, whatever is appended later
+        report = verify(path)
+        assert report.ok, str(report)
+        assert report.steps_checked == 11 + later
+        assert len(report.warnings) == 1
+        assert "line 11 of audit.jsonl is a truncated, unacknowledged write" in report.warnings[0]
+        again = open_store(path)
+        try:
+            again.append([make_entry("t3", n=300 + later)])
+        finally:
+            again.close()
+
+
+def test_jsonl_torn_line_is_fenced_by_a_store_opened_before_the_crash(
+    jsonl: tuple[Path, Records], make_entry: EntryFactory
+) -> None:
+    path, records = jsonl
+    store = open_store(path)
+    try:
+        assert store.head("agent-a", "t2").seq == 4  # it has read the file already
+        _tear(path, records)
+        added = store.append([make_entry("t2", n=201), make_entry("t2", n=202)])
+        assert [r["seq"] for r in added] == [5, 6]
+    finally:
+        store.close()
     report = verify(path)
-    assert _only_break(report) == ("", 0, "malformed")
-    assert "line 11 " in report.breaks[0].detail
-    assert report.steps_checked == 11
+    assert report.ok, str(report)
+    assert report.steps_checked == 12
+    assert "line 11 of audit.jsonl is a truncated, unacknowledged write" in report.warnings[0]
+
+
+def test_jsonl_opening_for_writing_fences_a_torn_tail_at_once(
+    jsonl: tuple[Path, Records],
+) -> None:
+    path, records = jsonl
+    _tear(path, records)
+    open_store(path).close()
+    assert path.read_bytes().endswith(b"\n")
+    report = verify(path)
+    assert report.ok and report.steps_checked == 10, str(report)
+    assert "line 11 of audit.jsonl is a truncated, unacknowledged write" in report.warnings[0]
+
+
+def test_jsonl_a_fence_that_names_another_line_does_not_excuse_garbage(
+    jsonl: tuple[Path, Records],
+) -> None:
+    path, _ = jsonl
+    lines = _lines(path)
+    lines.insert(3, b'{"agent_id":"agent-a","hash":"ab\n')
+    lines.insert(4, b'{"charter.fence":{"length":3,"offset":0,"reason":"torn write"}}\n')
+    _write(path, lines)
+    report = verify(path)
+    assert not report.ok
+    details = [b.detail for b in report.breaks]
+    assert "line 4 of audit.jsonl is not a readable audit record" in details
 
 
 def test_jsonl_whole_last_record_without_newline_counts(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -54,6 +55,89 @@ def test_sigkill_in_sync_mode_loses_no_returned_step(tmp_path: Path, db: str) ->
     try:
         stored = {r["seq"] for r in store.read_task("crash", "default")}
         assert set(returned) <= stored
+        report = store.verify()
+        assert report.ok, str(report)
+    finally:
+        store.close()
+
+
+_ACKING_CHILD = textwrap.dedent(
+    """
+    import sys
+    import charter
+    location, task = sys.argv[1], sys.argv[2]
+    gov = charter.Governor(policies=[], audit_location=location, audit_durability="sync")
+    padding = "x" * int(sys.argv[3])  # big records: a kill often lands inside a write
+    with gov.task(task):
+        for i in range(100_000):
+            data = {"command": f"echo {i}", "pad": padding}
+            h = gov.begin_step("step.exec", name="bash", input=data)
+            done = h.complete({"i": i})
+            print(done.action_id, flush=True)  # acknowledged: the call returned
+    """
+)
+
+
+def _wait_for_a_write_in_progress(path: Path, within: float = 10.0) -> None:
+    """Return as soon as the file ends inside a line (a writer is mid-append), or give up."""
+    deadline = time.monotonic() + within
+    with path.open("rb") as handle:
+        while time.monotonic() < deadline:
+            size = os.fstat(handle.fileno()).st_size
+            if size and os.pread(handle.fileno(), 1, size - 1) != b"\n":
+                return
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_sigkill_at_random_points_in_sync_mode_loses_no_acknowledged_record(
+    tmp_path: Path, kind: str
+) -> None:
+    location = f"{kind}:///{tmp_path / ('audit.db' if kind == 'sqlite' else 'audit.jsonl')}"
+    chance = random.Random(0x5EED)
+    acknowledged: dict[str, list[str]] = {}
+    for run in range(6):
+        task = f"crash-{run}"
+        # Small records, and big ones that take long enough to write for a kill to tear one.
+        pad = 2_000 if run % 2 else 3_000_000
+        child = subprocess.Popen(
+            [sys.executable, "-c", _ACKING_CHILD, location, task, str(pad)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert child.stdout is not None
+        first = child.stdout.readline()  # it is writing now
+        assert first, child.stderr.read() if child.stderr else ""
+        if kind == "jsonl" and not run % 2:
+            _wait_for_a_write_in_progress(tmp_path / "audit.jsonl")
+        else:
+            time.sleep(chance.uniform(0.0, 0.3))
+        child.send_signal(signal.SIGKILL)
+        rest, _ = child.communicate(timeout=30)
+        assert child.returncode == -signal.SIGKILL
+        acknowledged[task] = [first.strip(), *rest.split()]
+    store = charter.open_store(location)
+    try:
+        report = store.verify()
+        assert report.ok, str(report)
+        if kind == "jsonl":  # the targeted kills tore a line, which the next writer fenced
+            assert any("truncated, unacknowledged write" in w for w in report.warnings), report
+        for task, acked in acknowledged.items():
+            stored = {r["action_id"] for r in store.read_task(task, "default")}
+            missing = [a for a in acked if a not in stored]
+            assert not missing, f"{task}: {len(missing)} acknowledged records lost"
+        # The surviving trail takes new records and still verifies.
+        store.append(
+            [
+                {
+                    "agent_id": "default",
+                    "task_id": "after",
+                    "kind": "task.start",
+                    "timestamp": "2026-12-01T00:00:00.000000Z",
+                }
+            ]
+        )
         report = store.verify()
         assert report.ok, str(report)
     finally:

@@ -6,11 +6,17 @@ heads are current, then writes the whole batch with one `write`, `fsync`s once a
 the lock. Several processes can therefore append to one file safely. (POSIX only; do not
 rotate or replace a file while processes are writing it.)
 
-Crash behaviour: a writer killed mid-write leaves a torn last line. The next append starts
-on a new line and the torn bytes are never counted as a record. `verify` treats a torn LAST
-line as a warning (the records before it verify, since that is all a crash can leave); once
-later records follow it, it is a "malformed" break at that line, because nothing Charter
-writes ever leaves an unreadable line in the middle of the file.
+Crash behaviour: a writer killed mid-write leaves a torn last line, a record cut short that
+was never acknowledged (append returns only after its fsync). The next writer fences it,
+when it opens the store and before its own batch: under the exclusive lock it ends the torn
+line and appends one fence line, ``{"charter.fence":{"length":L,"offset":O,"reason":
+"torn write"}}``, naming the torn line's byte offset and length. Nothing is ever cut out of
+the file, so byte offsets other processes hold stay valid, and the torn bytes are never
+counted as a record (no chain links to them). `verify` reports a torn last line, and a
+fenced one, as a warning (a truncated, unacknowledged write), never as a break; an
+unreadable line that no fence accounts for is a "malformed" break, because nothing else
+Charter writes leaves one. Whether an acknowledged record went missing is decided by the
+chains themselves (a seq gap with a broken link, a head file beyond the records).
 
 Head file: after each batch the store appends one line per touched chain
 (agent_id, task_id, seq, hash, closed) to `<file>.heads`, so `verify` can tell a chain whose
@@ -43,10 +49,12 @@ from charter._audit.base import (
 from charter._audit.chain import ChainHead, canonical_json, decode_json, is_closing, seal
 from charter._audit.verify import RecordedHead, StoredRow, build_report, check_chain, row_from_entry
 
-__all__ = ["HEADS_SUFFIX", "JsonlStore"]
+__all__ = ["FENCE_KEY", "HEADS_SUFFIX", "JsonlStore"]
 
 HEADS_SUFFIX = ".heads"
+FENCE_KEY = "charter.fence"
 _CHUNK = 1 << 22
+_TAIL_CHUNK = 1 << 16
 
 
 @dataclass(slots=True)
@@ -118,6 +126,43 @@ def _lines(fd: int, start: int, size: int) -> Iterator[tuple[int, bytes, bool]]:
         yield pending[0], pending[1], True
 
 
+def _last_line(fd: int, size: int) -> tuple[int, bytes]:
+    """(byte offset, content) of the file's last line, which does not end with a newline."""
+    start = size
+    while start > 0:
+        step = min(_TAIL_CHUNK, start)
+        chunk = os.pread(fd, step, start - step)
+        cut = chunk.rfind(b"\n")
+        if cut >= 0:
+            start = start - step + cut + 1
+            break
+        start -= step
+    return start, os.pread(fd, size - start, start)
+
+
+def _fence_bytes(fd: int, size: int) -> bytes:
+    """What ends an unterminated last line: a newline, and for a torn record a fence line."""
+    offset, line = _last_line(fd, size)
+    if _chain_key(_decode(line)) is not None:
+        return b"\n"  # a whole record that only lacks its newline: it counts
+    fence = {FENCE_KEY: {"offset": offset, "length": len(line), "reason": "torn write"}}
+    return b"\n" + canonical_json(fence) + b"\n"
+
+
+def _fence_of(line: bytes) -> tuple[int, int] | None:
+    """(offset, length) named by a fence line, or None when `line` is not one."""
+    if not line.startswith(b'{"' + FENCE_KEY.encode() + b'"'):
+        return None
+    note = _decode(line)
+    fence = note.get(FENCE_KEY) if isinstance(note, dict) and len(note) == 1 else None
+    if not isinstance(fence, dict):
+        return None
+    offset, length = fence.get("offset"), fence.get("length")
+    if type(offset) is not int or type(length) is not int:
+        return None
+    return offset, length
+
+
 @contextmanager
 def _flocked(fd: int, exclusive: bool, location: str) -> Iterator[None]:
     try:
@@ -166,6 +211,28 @@ class JsonlStore:
         self._offset = 0
         self._ends_with_newline = True
         self._chains: dict[tuple[str, str], _ChainState] = {}
+        if create and not self._readonly:
+            try:
+                self._fence(fd)
+            except BaseException:
+                self._fd = None
+                os.close(fd)
+                raise
+
+    def _fence(self, fd: int) -> None:
+        """Fence a torn last line left by a writer that died mid-append (see the module)."""
+        with _flocked(fd, True, self.location):
+            size = os.fstat(fd).st_size
+            if not size or os.pread(fd, 1, size - 1) == b"\n":
+                return
+            try:
+                _write_all(fd, _fence_bytes(fd, size))
+                os.fsync(fd)
+            except OSError as exc:
+                raise StoreError(
+                    f"cannot open audit store {self._path}: its torn last line cannot be "
+                    f"fenced ({exc.strerror or exc})"
+                ) from None
 
     def _file(self) -> int:
         if self._fd is None:
@@ -220,7 +287,7 @@ class JsonlStore:
             with _flocked(fd, True, self.location):
                 self._catch_up(fd)
                 touched: dict[tuple[str, str], _ChainState] = {}
-                lines: list[bytes] = [] if self._ends_with_newline else [b""]
+                lines: list[bytes] = []
                 chained: list[dict[str, Any]] = []
                 for item in prepared:
                     key = (item.agent_id, item.task_id)
@@ -238,6 +305,9 @@ class JsonlStore:
                     chained.append(sealed.entry)
                 data = b"\n".join(lines) + b"\n"
                 start = self._offset
+                if not self._ends_with_newline:
+                    # A writer died mid-append since this object last looked: fence its line.
+                    data = _fence_bytes(fd, start) + data
                 try:
                     _write_all(fd, data)
                     os.fsync(fd)
@@ -409,18 +479,34 @@ class JsonlStore:
             chains: dict[tuple[str, str], list[StoredRow]] = {}
             loose: list[ChainBreak] = []
             name = os.path.basename(self._path)
+            offset = 0
+            # An unreadable line is judged by the line after it: a fence naming it or not.
+            unreadable: tuple[int, int, int] | None = None  # (line number, offset, length)
             for number, line, is_last in _lines(fd, 0, size):
+                at, offset = offset, offset + len(line) + 1
                 record = _decode(line)
                 key = _chain_key(record)
+                if unreadable is not None:
+                    torn_number, torn_at, torn_length = unreadable
+                    unreadable = None
+                    if key is None and _fence_of(line) == (torn_at, torn_length):
+                        warnings.append(
+                            f"line {torn_number} of {name} is a truncated, unacknowledged "
+                            "write (a writer died mid-append), fenced by the next writer; no "
+                            "record is lost there"
+                        )
+                        continue
+                    detail = f"line {torn_number} of {name} is not a readable audit record"
+                    loose.append(ChainBreak("", "", 0, "malformed", detail))
                 if key is None:
                     if is_last:
                         warnings.append(
-                            f"the last line ({number}) of {name} is torn, as a crash mid-write "
-                            "leaves it; the records before it verify"
+                            f"the last line ({number}) of {name} is a truncated, "
+                            "unacknowledged write (a writer died mid-append); the records "
+                            "before it verify"
                         )
                     else:
-                        detail = f"line {number} of {name} is not a readable audit record"
-                        loose.append(ChainBreak("", "", 0, "malformed", detail))
+                        unreadable = (number, at, len(line))
                     continue
                 if task_id is not None and key[1] != task_id:
                     continue

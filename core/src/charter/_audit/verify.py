@@ -6,8 +6,8 @@ walking the chain in seq order and reporting only the first break:
 
 - malformed: the record cannot be read as a chained record (bad JSON, a missing or ill-typed
   seq/hash/prev_hash, content that is not I-JSON). A JSONL line that cannot even be
-  attributed to a chain is a break with empty agent/task ids and seq 0, except the file's
-  last line, which a crash mid-write leaves torn: that is only a warning.
+  attributed to a chain is a break with empty agent/task ids and seq 0, except a torn write
+  (the file's last line, or a line the next writer fenced): that is only a warning.
 - inserted: two records carry the same seq; or a record follows the chain's end marker; or
   the last record's prev_hash does not link and its seq is beyond the recorded head; or (when
   the store's recorded head is exact, as in SQLite) records go beyond the recorded head.
