@@ -70,5 +70,6 @@ def bench(session: nox.Session) -> None:
         "bench/langchain_agent.py",
         "bench/langgraph_graph.py",
         "bench/crewai_crew.py",
+        "bench/report.py",
     ):
         session.run("python", script)

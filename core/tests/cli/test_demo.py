@@ -27,6 +27,8 @@ def test_the_demo_exits_0_and_shows_every_kind_of_decision(demo_run: Any) -> Non
     assert "blocked before it ran: the tool was not called" in run.out
     assert "[REDACTED:stripe_key]" in run.out
     assert "charter tasks" in run.out and "charter verify" in run.out and "charter show" in run.out
+    # The last thing it says is how to look at the whole trail.
+    assert run.out.rstrip().splitlines()[-1].split()[:3] == ["charter", "report", "--open"]
     assert demo_run.store.is_file()
 
 

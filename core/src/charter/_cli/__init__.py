@@ -656,6 +656,76 @@ def _break_text(b: Any) -> str:
     return f"task {b.task_id} (agent {b.agent_id}) seq {b.seq}: {b.reason}: {b.detail}"
 
 
+@main.command()
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--agent", default=None, help="Only this agent's tasks.")
+@click.option("--task", default=None, help="Only this task (an id or a unique prefix).")
+@click.option(
+    "--since",
+    default=None,
+    help="Only tasks with a record at or after this time: ISO (2025-01-31, 2025-01-31T09:00Z, "
+    "UTC unless a zone is given) or a duration before now (30m, 24h, 7d, 2w).",
+)
+@click.option(
+    "-o",
+    "--output",
+    "output",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=Path("charter-report.html"),
+    show_default=True,
+    help="Where to write the report.",
+)
+@click.option("--open", "open_it", is_flag=True, help="Open the report in a web browser.")
+def report(
+    store: str | None,
+    agent: str | None,
+    task: str | None,
+    since: str | None,
+    output: Path,
+    open_it: bool,
+) -> None:
+    """Write the audit trail as one self-contained HTML file to look at in a browser.
+
+    The page needs no network: an overview (tasks per agent, decisions over time, the policies
+    that fired most, approvals, the verification of every chain, gaps), a page per task with
+    its steps as a nested timeline, each step's decision, reason, policy, approver, input and
+    output as stored, and filters and search.
+    """
+    from datetime import UTC, datetime
+
+    from charter._audit.base import StoreError
+    from charter._cli.report import ReportFilter, collect_report, parse_since, render_report
+
+    now = datetime.now(UTC)
+    try:
+        since_at = parse_since(since, now) if since else None
+    except ValueError as exc:
+        _fail(f"charter: {exc}")
+    opened = open_audit_store(store)
+    try:
+        data = collect_report(opened, ReportFilter(agent, task, since_at), now)
+    except (StoreError, LookupError) as exc:
+        _fail(f"charter: {exc.args[0] if isinstance(exc, LookupError) else exc}")
+    finally:
+        opened.close()
+    try:
+        output.write_text(render_report(data), encoding="utf-8")
+    except OSError as exc:
+        _fail(f"charter: cannot write the report to {output}: {exc.strerror or exc}")
+    summary = data["summary"]
+    tasks_n, records_n = len(summary["tasks"]), len(summary["steps"])
+    chains = "every chain verified" if summary["verification"]["ok"] else "a chain is BROKEN"
+    click.echo(f"wrote {output} ({tasks_n} tasks, {records_n} records, {chains})")
+    url = output.absolute().as_uri()
+    if open_it:
+        import webbrowser
+
+        if not webbrowser.open(url):
+            click.echo(f"no browser found; open {url}")
+    else:
+        click.echo(f"open it: {url}")
+
+
 # -- replay, test, demo ----------------------------------------------------------------------
 
 

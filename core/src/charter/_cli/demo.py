@@ -476,6 +476,7 @@ def _summarise(
             "re-judge recorded traffic under a policy set",
         ),
         ("charter baseline show coding-agent", "what each baseline policy stops, and why"),
+        (f"charter report --open{store_opt}", "the whole trail as a web page (one HTML file)"),
     ):
         out.print(f"  {escape(command):<72} {what}")
     ok = verified and len(never_ran) == len(tally.blocked) and FAKE_STRIPE_KEY not in str(stored)
