@@ -96,7 +96,7 @@ def test_steps_nest_under_their_runs_crew_tasks_and_nodes(
     }
     assert by_name[("bash", "echo")] == ("node: " + hostile[3],)
     assert by_name[("bash", "curl")] == (
-        "run: run run-agent",
+        "run: run-agent",
         "crew: research crew",
         "crew task: write the summary",
     )

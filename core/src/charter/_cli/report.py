@@ -151,7 +151,7 @@ def _path(
         seen.add(parent)
         chain.append(parent)
         parent = parents.get(parent)
-    path.extend(["run", labels.get(run, f"run {run[:12]}")] for run in reversed(chain))
+    path.extend(["run", labels.get(run, run[:12])] for run in reversed(chain))
     if isinstance(fw.get("crew"), str) and fw["crew"]:
         path.append(["crew", fw["crew"]])
     if isinstance(fw.get("task"), str) and fw["task"]:
