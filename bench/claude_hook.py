@@ -1,11 +1,15 @@
 """Latency of one Claude Code PreToolUse decision, as Claude Code pays it: a fresh process.
 
     uv run python bench/claude_hook.py [--runs 30] [--depth 0,200,1000] [--cold]
+                                       [--large-chars 1000000]
 
 Prints p50/p95 wall time of:
 - ``python -c pass`` and ``python -c "import charter"`` (the floor this process shares),
 - ``charter-claude-hook`` answering PreToolUse (allowed and denied calls) on a session whose
   recorded history is `depth` steps deep, with and without the parse cache,
+- ``charter-claude-hook`` answering PreToolUse with a `large-chars` tool input, after a
+  UserPromptSubmit of a `large-chars` prompt (one long token, the provenance index's worst
+  case), each a fresh session (0 skips it),
 - and the median CPU time of each phase inside the hook (``CHARTER_CLAUDE_TIMINGS=1``
   makes the hook print them on stderr; ``total_cpu`` includes interpreter start-up).
 
@@ -116,6 +120,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--depth", default="0,200,1000", help="history depths to measure")
     parser.add_argument("--cold", action="store_true", help="no bytecode cache")
+    parser.add_argument("--large-chars", type=int, default=1_000_000, help="0 skips it")
     opts = parser.parse_args()
     if HOOK is None:
         raise SystemExit("charter-claude-hook is not installed (uv sync --all-packages)")
@@ -206,7 +211,53 @@ def main() -> None:
             print(_line("denied (block recorded, sync commit)", denied))
             parts = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in phases.items())
             print(f"    phases of the allowed call, median CPU ms: {parts}")
+    if opts.large_chars:
+        _large(work, env, opts.runs, opts.large_chars)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _large(work: Path, env: dict[str, str], runs: int, chars: int) -> None:
+    project = work / "proj-large"
+    project.mkdir()
+    run_env = dict(env, CLAUDE_PROJECT_DIR=str(project))
+    token = "x" * (chars - 40) + "@example"  # no dot: the e-mail pattern's worst case
+    prompts: list[Sample] = []
+    pres: list[Sample] = []
+    fetches: list[Sample] = []
+    for i in range(runs):
+        session = f"large-{i}"
+        prompt = {
+            "hook_event_name": "UserPromptSubmit",
+            "session_id": session,
+            "cwd": str(project),
+            "prompt": f"send it to bob@example.com {token}",
+        }
+        argv = [HOOK, "--event", "UserPromptSubmit", "--policy", str(POLICY)]
+        took, out, err = _time(argv, run_env, json.dumps(prompt).encode())
+        prompts.append(took)
+        argv = [HOOK, "--event", "PreToolUse", "--policy", str(POLICY)]
+        command = f"echo {'y' * (chars - 20)} > out.txt"
+        took, out, err = _time(argv, run_env, _event(project, session, "PreToolUse", "t", command))
+        if b"permissionDecision" not in out and json.loads(out or b"null") != {}:
+            raise SystemExit(f"unexpected answer {out!r} {err!r}")
+        pres.append(took)
+        fetch = {
+            "hook_event_name": "PreToolUse",
+            "session_id": session,
+            "cwd": str(project),
+            "permission_mode": "default",
+            "tool_name": "WebFetch",
+            "tool_input": {"url": "https://example.com/", "prompt": "summarise"},
+            "tool_use_id": "f",
+        }
+        took, out, err = _time(argv, run_env, json.dumps(fetch).encode())
+        if json.loads(out or b"null") != {}:  # the user named the host: no opinion
+            raise SystemExit(f"unexpected answer {out!r} {err!r}")
+        fetches.append(took)
+    print(f"hook on {chars:,}-character inputs, fresh session each:")
+    print(_line(f"UserPromptSubmit, {chars:,}-character prompt", prompts))
+    print(_line(f"PreToolUse, {chars:,}-character command after it", pres))
+    print(_line("PreToolUse WebFetch after it (provenance index)", fetches))
 
 
 if __name__ == "__main__":

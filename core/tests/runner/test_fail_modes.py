@@ -179,7 +179,7 @@ def test_an_engine_exception_becomes_the_fail_mode_decision(
     runner = make_runner(fail_mode=fail_mode)
     _start(runner)
 
-    def broken(*args: Any) -> Any:
+    def broken(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("boom")
 
     monkeypatch.setattr(runner.engine, "evaluate", broken)
@@ -218,3 +218,47 @@ def test_a_manifest_may_ask_for_monitor_mode(
     assert runner.evaluate(_bash("rm -rf /")).decision is Decision.ALLOW
     pinned = make_runner(policy_file=str(path), enforcement="enforce")
     assert pinned.status()["enforcement"] == "enforce"
+
+
+@pytest.mark.parametrize("fail_mode", ["closed", "open"])
+def test_judging_past_the_deadline_is_the_fail_mode_decision(
+    make_runner: Callable[..., Runner], fail_mode: str
+) -> None:
+    from charter._policy.registry import unregister
+    from charter.rules import rule
+
+    judged: list[str] = []
+
+    @rule(name="slow_scan", description="takes its time over every step")
+    def slow_scan(view: Any, params: Any, ctx: Any) -> bool:
+        judged.append(view.step_name)
+        time.sleep(0.2)
+        return True
+
+    try:
+        runner = make_runner(
+            policies=[
+                {"name": "slow", "rule_type": "slow_scan", "severity": "low"},
+                {"name": "slow-too", "rule_type": "slow_scan", "severity": "low"},
+            ],
+            evaluation_deadline_seconds=0.05,
+            fail_mode=fail_mode,
+        )
+        _start(runner)
+        result = runner.evaluate(_bash("ls"))
+        assert judged == ["bash"]  # the second policy was never started
+        expected = Decision.BLOCK if fail_mode == "closed" else Decision.ALLOW
+        assert result.decision is expected
+        assert "longer than evaluation_deadline_seconds=0.05 (1 of 2 policies judged)" in (
+            result.reason
+        )
+        assert result.reason.endswith(f"fail_mode is {fail_mode}")
+        relaxed = make_runner(
+            policies=[{"name": "slow", "rule_type": "slow_scan", "severity": "low"}],
+            evaluation_deadline_seconds=0.05,
+        )
+        _start(relaxed)
+        # A single policy is never cut short: its verdict is complete when it returns.
+        assert relaxed.evaluate(_bash("ls")).decision is Decision.ALLOW
+    finally:
+        unregister("slow_scan")

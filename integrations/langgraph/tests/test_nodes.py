@@ -384,9 +384,12 @@ def test_a_governed_subgraph_joins_its_parents_task(settings, governors, trail, 
 
 def test_without_usable_policies_nothing_runs(tmp_path, audit, governors, trail, lg):
     ran: list[str] = []
+    # A file that does not exist is refused when built; one that cannot be used blocks.
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("policies: [\n")
     graph = charter_langgraph.govern(
         pipeline(ran),
-        policy_file=str(tmp_path / "missing.yaml"),
+        policy_file=str(broken),
         agent_id="graph-bot",
         audit_location=audit,
     ).compile()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
@@ -25,7 +25,23 @@ from charter._policy.policy import (
     compile_policies,
 )
 
-__all__ = ["Decision", "EvalResult", "LoadReport", "PolicyEngine", "PolicyResult"]
+__all__ = [
+    "Decision",
+    "EvalResult",
+    "EvaluationDeadline",
+    "LoadReport",
+    "PolicyEngine",
+    "PolicyResult",
+]
+
+
+class EvaluationDeadline(Exception):
+    """`out_of_time` said so before every applicable policy was judged."""
+
+    def __init__(self, judged: int, total: int) -> None:
+        super().__init__(f"{judged} of {total} policies judged")
+        self.judged = judged
+        self.total = total
 
 
 class Decision(StrEnum):
@@ -273,13 +289,23 @@ class PolicyEngine:
 
     # -- judging ----------------------------------------------------------------------------
 
-    def evaluate(self, intended: Behavior, context: EvalContext) -> EvalResult:
+    def evaluate(
+        self,
+        intended: Behavior,
+        context: EvalContext,
+        *,
+        out_of_time: Callable[[], bool] | None = None,
+    ) -> EvalResult:
         """Judge `intended` against every applicable policy whose selector matches it.
 
         Returns the aggregated decision: critical violations block, high/medium/low warn, info
         allows (and is reported), a violated ``action: ask`` policy asks unless something
         blocks. A rule that raises counts as violated, with the error in its details.
         Refuses (ValueError) a context that names another task or agent than the step.
+
+        `out_of_time` is the caller's deadline (the engine reads no clock): it is asked after
+        each policy, and when it answers True with policies left to judge, EvaluationDeadline
+        is raised instead of a verdict that would have skipped them.
         """
         if context.agent_id != intended.agent_id or context.task_id != intended.task_id:
             raise ValueError(
@@ -297,9 +323,13 @@ class PolicyEngine:
                 history = self._empty_history
             ctx = RuleContext(context, history)
             results: list[PolicyResult] = []
-            for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION):
+            applicable = self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
+            last = len(applicable) - 1
+            for i, c in enumerate(applicable):
                 if c.selector.matches(intended):
                     results.append(_judge(c, intended, ctx))
+                    if out_of_time is not None and i < last and out_of_time():
+                        raise EvaluationDeadline(i + 1, last + 1)
         decision, risk, reason = _aggregate(results)
         return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
 

@@ -8,7 +8,7 @@ deterministically.
 from __future__ import annotations
 
 import hashlib
-import re
+import string
 import unicodedata
 
 __all__ = [
@@ -18,8 +18,19 @@ __all__ = [
     "task_id_from",
 ]
 
-_ID_CHARS = re.compile(r"[A-Za-z0-9._:-]*")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Plain string scans, not regular expressions: ids and names come from the agent and its
+# framework, and these run on every step.
+_ID_ALLOWED = str.maketrans("", "", string.ascii_letters + string.digits + "._:-")
+_CONTROL_TO_SPACE = {c: " " for c in (*range(0x20), *range(0x7F, 0xA0))}
+
+
+def _id_chars(value: str) -> bool:
+    return not value.translate(_ID_ALLOWED)
+
+
+def _has_control(value: str) -> bool:
+    return value.translate(_CONTROL_TO_SPACE) != value
+
 
 # Field name -> (min length, max length).
 ID_LIMITS: dict[str, tuple[int, int]] = {
@@ -34,7 +45,7 @@ def check_identifier(field: str, value: object) -> str:
     low, high = ID_LIMITS[field]
     if not isinstance(value, str):
         raise ValueError(f"{field} must be a string, not {type(value).__name__}")
-    if low <= len(value) <= high and _ID_CHARS.fullmatch(value):
+    if low <= len(value) <= high and _id_chars(value):
         return value
     hint = " (charter.task_id_from maps any id onto this grammar)" if field == "task_id" else ""
     raise ValueError(
@@ -51,7 +62,7 @@ def check_step_name(value: object) -> str:
             f"step_name {value[:40]!r}: must be 1-255 characters, got {len(value)} "
             "(charter.step_name_from shortens any name)"
         )
-    if _CONTROL.search(value):
+    if _has_control(value):
         raise ValueError(
             f"step_name {value[:40]!r}: contains a control character "
             "(charter.step_name_from removes them)"
@@ -67,7 +78,7 @@ def task_id_from(raw: object) -> str:
     of its text, so the same raw id always maps to the same task.
     """
     text = raw if isinstance(raw, str) else str(raw)
-    if 1 <= len(text) <= 100 and _ID_CHARS.fullmatch(text):
+    if 1 <= len(text) <= 100 and _id_chars(text):
         return text
     return "x-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
@@ -85,5 +96,5 @@ def step_name_from(value: object) -> str:
         if not isinstance(text, str) or not text:
             text = "" if value is None else type(value).__name__
     text = unicodedata.normalize("NFC", text.encode("utf-8", "replace").decode("utf-8"))
-    text = " ".join(_CONTROL.sub(" ", text).split())
+    text = " ".join(text.translate(_CONTROL_TO_SPACE).split())
     return text[:255] or "unnamed"

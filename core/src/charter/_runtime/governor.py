@@ -330,11 +330,26 @@ class _TaskScope:
             exc.add_note(f"charter: the task's end could not be recorded: {recording}")
 
 
+def _check_policy_files(settings: Settings) -> None:
+    missing = [p for p in settings.policy_file or () if not os.path.exists(p)]
+    if not missing:
+        return
+    where = "CHARTER_POLICY_FILE" if settings.origin("policy_file") == "env" else "policy_file="
+    shown = ", ".join(repr(os.path.abspath(p)) for p in missing)
+    raise ValueError(
+        f"{where}: {shown} does not exist (relative paths are read from the working directory "
+        f"{os.getcwd()!r}); fix the path, or create the manifest"
+    )
+
+
 class Governor:
     """Gate an agent's steps and record them: the facade integrations use.
 
     Build it from a Runner, or from the Runner's setting keywords (``Governor(policy_file=
-    "policies.yaml")``; see Settings). `approver` decides steps a policy asks about; the
+    "policies.yaml")``; see Settings). Built from keywords, it refuses (ValueError naming the
+    path) a `policy_file` that does not exist: a mistyped path is a configuration error, not a
+    run in which every step is blocked. A file that disappears later is a load problem and the
+    fail mode decides, as with a Runner. `approver` decides steps a policy asks about; the
     default denies them (fail closed). Thread-safe; the current task is held per context
     (thread or asyncio task), so steps in a new thread need ``task_id=``.
     """
@@ -348,7 +363,9 @@ class Governor:
         **settings: Any,
     ) -> None:
         if runner is None:
-            runner = Runner(Settings.from_sources(**settings), exporters=exporters)
+            resolved = Settings.from_sources(**settings)
+            _check_policy_files(resolved)
+            runner = Runner(resolved, exporters=exporters)
             self._owns_runner = True
         elif settings or exporters:
             raise ValueError(

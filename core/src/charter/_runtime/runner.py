@@ -28,7 +28,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from charter._audit.base import AuditStore
-from charter._engine.engine import Decision, EvalResult, PolicyEngine, _applies
+from charter._engine.engine import (
+    Decision,
+    EvalResult,
+    EvaluationDeadline,
+    PolicyEngine,
+    _applies,
+)
 from charter._model.behavior import (
     CLOSING_KINDS,
     TASK_BOUNDARY_KINDS,
@@ -275,8 +281,17 @@ class Runner:
         if not self._sources.usable:
             why = f"no policy set could be loaded ({self._sources.detail})"
             return self._failed(b, why, boundary)
+        limit = self.settings.evaluation_deadline_seconds
+        deadline = time.monotonic() + limit
         try:
-            return self.engine.evaluate(b, ctx)
+            return self.engine.evaluate(b, ctx, out_of_time=lambda: time.monotonic() > deadline)
+        except EvaluationDeadline as late:
+            self.evaluation_errors += 1
+            logger.warning("charter: judging %s ran past its deadline (%s)", b.step_name, late)
+            why = (
+                f"judging the step took longer than evaluation_deadline_seconds={limit:g} ({late})"
+            )
+            return self._failed(b, why, boundary)
         except Exception as exc:  # a Charter bug must become a decision, never a crash
             self.evaluation_errors += 1
             logger.error("charter: policy evaluation failed on %s", b.step_name, exc_info=exc)

@@ -185,6 +185,9 @@ _SPECS: dict[str, _Spec] = {
     "max_output_chars": _Spec(_count, "longest string kept of a step's output (cut visibly)"),
     "max_output_items": _Spec(_count, "most list items / keys kept of a step's output"),
     "max_clock_skew_seconds": _Spec(_number(0, False), "refuse steps stamped further off"),
+    "evaluation_deadline_seconds": _Spec(
+        _number(0, False), "judging one step longer than this blocks it (fail mode decides)"
+    ),
     "queue_size": _Spec(_count, "bound of the audit queue (records)"),
     "exit_flush_seconds": _Spec(_number(0, True), "how long exit waits for the queue"),
     "task_idle_seconds": _Spec(_number(0, False), "idle tasks are closed after this"),
@@ -224,6 +227,7 @@ class Settings:
     max_output_chars: int = 32_768
     max_output_items: int = 1_000
     max_clock_skew_seconds: float = 300.0
+    evaluation_deadline_seconds: float = 5.0
     queue_size: int = 10_000
     exit_flush_seconds: float = 5.0
     task_idle_seconds: float = 3_600.0

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import bisect
 import functools
-import re
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -25,6 +24,7 @@ from typing import Any
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath, iter_strings
+from charter._policy.regex import compile_re2
 from charter._policy.selector import Selector
 
 __all__ = [
@@ -411,20 +411,66 @@ MAX_WHOLE = 1_024
 MAX_NGRAM = 4
 
 _PUNCT = "\"'`()[]{}<>,;:!?.*"
+# Patterns run on agent-controlled text, so they run on RE2 (linear time): on Python's `re`
+# the e-mail pattern was quadratic in a long token without an `@` (100k characters, 37 s).
+# RE2's `\s` and `\b` are ASCII; the text scanned has its whitespace collapsed to spaces.
 _EMAIL = r"[^\s@<>()\[\]{},;:\"'`]+@[^\s@<>()\[\]{},;:\"'`/]+\.[^\s@<>()\[\]{},;:\"'`/]+"
 _URL = r"[a-z][a-z0-9+.\-]*://[^\s<>\"'`]+"
-_DOMAIN = r"[\w-]+(?:\.[\w-]+)+"
 _IBAN_SPACED = r"(?i)\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"
-_IBAN = r"[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}"
 _IBAN_MAX_TEXT = 64  # an IBAN is at most 34 characters, 42 when spaced in groups of four
 _ANGLE_EMAIL = r".*<([^<>\s]+@[^<>\s]+)>\s*"
+_HOST_END = "/?# "
 
 
 @functools.cache
-def _rx(pattern: str) -> re.Pattern[str]:
+def _rx(pattern: str) -> Any:
     """Patterns are compiled on first use: loading the rules must stay cheap (a hook process
     loads them for every step) and most processes never index provenance."""
-    return re.compile(pattern)
+    return compile_re2(pattern)
+
+
+def _scannable(s: str) -> str:
+    # RE2 reads UTF-8, which cannot hold a lone surrogate: it is scanned as U+FFFD (so a
+    # value containing one is never found trusted, which fails closed).
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in s)
+    return s
+
+
+def _ascii_words(s: str) -> str:
+    # RE2's `\b` knows only ASCII word characters; standing `_` (a word character the IBAN
+    # pattern never matches) in for every other one gives `\b` its Unicode meaning.
+    if s.isascii():
+        return s
+    return "".join("_" if not c.isascii() and (c.isalnum() or c == "_") else c for c in s)
+
+
+def _is_domain(host: str) -> bool:
+    """``[\\w-]+(?:\\.[\\w-]+)+`` with Unicode word characters, as `re` read it."""
+    labels = host.split(".")
+    if len(labels) < 2:
+        return False
+    for label in labels:
+        rest = label.replace("-", "").replace("_", "")
+        if not label or (rest and not rest.isalnum()):
+            return False
+    return True
+
+
+def _is_iban(text: str) -> bool:
+    """``[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}``, by scanning."""
+    head, digits, tail = text[:2], text[2:4], text[4:]
+    return (
+        15 <= len(text) <= 34
+        and text.isascii()
+        and head.isalpha()
+        and head.isupper()
+        and digits.isdigit()
+        and tail.isalnum()
+        and tail == tail.upper()
+    )
 
 
 def _nfkc(s: str) -> str:
@@ -445,7 +491,9 @@ def norm_host(s: str) -> str:
         h = h.split("://", 1)[1]
     elif h.startswith("//"):
         h = h[2:]
-    h = re.split(r"[/?#\s]", h, maxsplit=1)[0]
+    cut = min((i for i in map(h.find, _HOST_END) if i >= 0), default=-1)
+    if cut >= 0:
+        h = h[:cut]
     h = h.rsplit("@", 1)[-1]
     if h.startswith("["):
         end = h.find("]")
@@ -481,20 +529,20 @@ def provenance_keys(value: str, mode: str) -> tuple[tuple[str, str], ...]:
     if mode == "iban":
         return (("i", norm_iban(value)),)
     if mode in ("auto", "email") and ">" in value:
-        m = _rx(_ANGLE_EMAIL).fullmatch(_nfkc(value))
+        m = _rx(_ANGLE_EMAIL).fullmatch(_scannable(_nfkc(value)))
         if m is not None:
             return (("t", norm_text(m.group(1))),)
     if mode == "auto" and len(value) <= _IBAN_MAX_TEXT and "@" not in value:
         compact = norm_iban(value)
-        if _rx(_IBAN).fullmatch(compact):
+        if _is_iban(compact):
             return (("i", compact), ("t", norm_text(value)))
     return (("t", norm_text(value)),)
 
 
 def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
     """Add every normalised candidate value found in one trusted string to `out`."""
-    raw = _nfkc(text[:MAX_INDEXED_CHARS])
-    for m in _rx(_IBAN_SPACED).finditer(raw):
+    raw = _scannable(_nfkc(text[:MAX_INDEXED_CHARS]))
+    for m in _rx(_IBAN_SPACED).finditer(_ascii_words(raw)):
         _add_iban(m.group(0), out)
     n = norm_text(raw)
     if not n:
@@ -514,9 +562,9 @@ def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
         for j in range(i + 2, min(i + MAX_NGRAM, len(words)) + 1):
             gram = " ".join(words[i:j]).strip(_PUNCT)
             out.add(("t", gram))
-        if "." in word and _rx(_DOMAIN).fullmatch(host := norm_host(word)):
+        if "." in word and _is_domain(host := norm_host(word)):
             out.add(("h", host))
-        if _rx(_IBAN).fullmatch(upper := word.upper()):
+        if _is_iban(upper := word.upper()):
             _add_iban(upper, out)
     for m in _rx(_EMAIL).finditer(n):
         email = m.group(0).strip(_PUNCT)
