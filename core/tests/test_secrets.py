@@ -101,6 +101,7 @@ SAMPLES: tuple[Sample, ...] = (
         "https://fakeacct.blob.core.windows.net/c/b.txt?sv=2022-11-02&sp=r&sig=",
         _fill("FakeSig0%2B", 44) + "%3D",
     ),
+    _valued("azure_ad_client_secret", "client_secret=", "Fak8Q~" + _fill("Fake.Secret_0~", 34)),
     _token("github_token", "ghp_" + _fill("FAKE0", 36)),
     _token("gitlab_token", "glpat-" + _fill("FakeToken0", 20)),
     _token("slack_token", "xoxb-" + "000000000000-0000000000000-" + _fill("FakeSlack0", 24)),

@@ -64,7 +64,8 @@ def canonical_digest(value: Any) -> str:
     """SHA-256 hex digest of an I-JSON value's canonical form (sorted keys, no spaces).
 
     Used to bind approvals and loop detection to "the same input"; two values digest equal
-    exactly when they are equal as JSON.
+    exactly when they are equal as JSON. A lone surrogate (no UTF-8 for it) is hashed as its
+    surrogate code unit, so such a value digests too, distinctly.
     """
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

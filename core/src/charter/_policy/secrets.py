@@ -40,10 +40,13 @@ live, because code is full of ``login(password=password)``, ``if token == "lambd
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
 __all__ = [
     "SECRET_SHAPES",
@@ -52,6 +55,7 @@ __all__ = [
     "contains_secret",
     "find_secrets",
     "mask_secrets",
+    "names_secret",
     "shape_names",
 ]
 
@@ -269,6 +273,13 @@ SECRET_SHAPES: tuple[SecretShape, ...] = (
         "azure_sas_signature",
         "The signature of an Azure shared access signature URL (sig=...).",
         r"[?&]sig=([A-Za-z0-9%+/=]{40,})",
+    ),
+    SecretShape(
+        "azure_ad_client_secret",
+        "A Microsoft Entra ID (Azure AD) application client secret (...8Q~...).",
+        # As gitleaks spells it: three characters, a digit, `Q~`, then 31 to 34 more.
+        r"(?:^|[\\'\"`\s>=:(,)])([A-Za-z0-9_~.]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34})"
+        r"(?:$|[\\'\"`\s<),])",
     ),
     SecretShape(
         "github_token",
@@ -775,25 +786,154 @@ def _select_names(shapes: tuple[str, ...] | frozenset[str]) -> _Scanner | None:
     return _scanner(tuple(name for name in _SHAPE_NAMES if name in wanted))
 
 
+# Characters that render as nothing: one inside a token hides it from every shape.
+_INVISIBLE_CHARS = "\u00ad\u180e\u200b\u200c\u200d\u2060\u2061\u2062\u2063\u2064\ufeff"
+_INVISIBLE = dict.fromkeys(map(ord, _INVISIBLE_CHARS))
+# A word holding a percent-escape or an invisible character, and a run of base64 (standard
+# or URL-safe) long enough to wrap the shortest secret.
+_ENCODED_WORD = (
+    r"\S*(?:%[0-9A-Fa-f]{2}|[\x{00ad}\x{180e}\x{200b}-\x{200d}\x{2060}-\x{2064}\x{feff}])\S*"
+)
+_BASE64_RUN = r"[A-Za-z0-9+/_-]{16,}={0,2}"
+
+
+@functools.cache
+def _helper_regex(pattern: str) -> Any:
+    import re2
+
+    return re2.compile(pattern, _options())
+
+
+def _encodable(text: str) -> str:
+    """`text` with each lone surrogate (which UTF-8, and so RE2, cannot hold) read as
+    U+FFFD: same length, so findings keep their positions."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
+
+
+def _decoded_base64(run: str) -> str:
+    body = run.rstrip("=").replace("-", "+").replace("_", "/")
+    if len(body) % 4 == 1:
+        body = body[:-1]
+    try:
+        raw = base64.b64decode(body + "=" * (-len(body) % 4))
+    except (binascii.Error, ValueError):
+        return ""
+    # Latin-1 keeps every byte: a token inside binary data is still found.
+    return raw.decode("latin-1")
+
+
+# Bytes of a base64 run (URL-safe letters read as the standard ones); everything else is
+# a space, so `bytes.split` cuts the runs out in C.
+_B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+_B64_BYTES = bytes(
+    c if c in _B64_ALPHABET else {ord("-"): ord("+"), ord("_"): ord("/")}.get(c, 0x20)
+    for c in range(256)
+)
+
+
+def _base64_blob(text: str) -> str:
+    """Every base64 run of `text` decoded, in one C call, as Latin-1 text: runs are padded
+    to whole quanta with ``A`` and joined by ``AAAA`` (three zero bytes between them)."""
+    data = _encodable(text).encode("ascii", "replace").translate(_B64_BYTES)
+    runs = [
+        r + b"A" * (-len(r) % 4)
+        for r in data.split()
+        if len(r) >= 16 and not r.isalpha() and not r.isdigit() and len(r) % 4 != 1
+    ]
+    if not runs:
+        return ""
+    return base64.b64decode(b"AAAA".join(runs)).decode("latin-1")
+
+
+def _may_hide(text: str, scanner: _Scanner) -> tuple[bool, bool]:
+    """Whether a secret may hide in `text` (percent-escaped or with invisible characters, in
+    base64): cheap whole-text checks, which can only add candidates, never miss one."""
+    hidden_plain = False
+    if "%" in text or not text.isascii():
+        whole = _plain(text)
+        hidden_plain = whole != text and scanner.detector.search(whole) is not None
+    blob = _base64_blob(text)
+    hidden_b64 = bool(blob) and scanner.detector.search(blob) is not None
+    return hidden_plain, hidden_b64
+
+
+def _encoded(text: str, scanner: _Scanner) -> list[SecretFinding]:
+    """Secrets that only appear once `text` is decoded: a word with invisible characters
+    or percent-escapes in it, a base64 run. A finding covers the encoded word or run and is
+    named after the decoded secret's shape. One level of encoding is undone."""
+    hidden_plain, hidden_b64 = _may_hide(text, scanner)
+    spans: list[tuple[int, int]] = []
+    plains: list[str] = []
+    if hidden_plain:
+        for m in _helper_regex(_ENCODED_WORD).finditer(text):
+            word = m.group(0)
+            plain = _plain(word)
+            if plain != word and len(plain) >= _MIN_SECRET_LEN:
+                spans.append((m.start(), m.end()))
+                plains.append(plain)
+    if hidden_b64:
+        for m in _helper_regex(_BASE64_RUN).finditer(text):
+            plain = _decoded_base64(m.group(0))
+            if len(plain) >= _MIN_SECRET_LEN:
+                spans.append((m.start(), m.end()))
+                plains.append(plain)
+    found: list[SecretFinding] = []
+    for (start, end), plain in zip(spans, plains, strict=True):
+        hits = scanner.findall(_encodable(plain))
+        if hits:
+            found.append(SecretFinding(hits[0].shape, start, end))
+    return found
+
+
+def _plain(text: str) -> str:
+    """`text` without invisible characters and with percent-escapes decoded (no regex:
+    ``unquote_to_bytes`` splits on ``%``)."""
+    text = text.translate(_INVISIBLE)
+    if "%" not in text:
+        return text
+    return unquote_to_bytes(_encodable(text)).decode("utf-8", "replace")
+
+
+def _merge(literal: list[SecretFinding], encoded: list[SecretFinding]) -> list[SecretFinding]:
+    """Literal findings, plus encoded ones that overlap none of them, ordered by start."""
+    out = list(literal)
+    for f in encoded:
+        if not any(f.start < g.end and g.start < f.end for g in out):
+            out.append(f)
+    out.sort(key=lambda f: f.start)
+    return out
+
+
 def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[SecretFinding]:
     """Secrets in ``text``, non-overlapping and ordered by start.
 
     ``shapes`` restricts the scan to those shape names (a single name may be passed as a
     string); an unknown name raises ValueError. For context-dependent shapes (assignments,
-    headers, URLs) a finding covers the secret value only, not its key or context.
+    headers, URLs) a finding covers the secret value only, not its key or context. A secret
+    visible only once decoded (percent-escapes or invisible characters inside a word, a
+    base64 run) is found too: the finding covers the encoded word or run.
     """
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
         return []
-    return scanner.findall(text)
+    text = _encodable(text)
+    return _merge(scanner.findall(text), _encoded(text, scanner))
 
 
 def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
-    """Whether ``text`` contains any secret (of the given ``shapes``, if any)."""
+    """Whether ``text`` contains any secret (of the given ``shapes``, if any), encoded
+    ones included (see `find_secrets`)."""
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
         return False
-    return scanner.detector.search(text) is not None
+    text = _encodable(text)
+    return scanner.detector.search(text) is not None or any(_may_hide(text, scanner))
 
 
 def _replace(text: str, findings: list[SecretFinding]) -> str:
@@ -822,6 +962,41 @@ def mask_secrets(text: str) -> tuple[str, int]:
         count += len(findings)
         text = _replace(text, findings)
     return text, count
+
+
+# Key names (lower case, letters and digits only) whose value is a secret whatever it looks
+# like: `password`, `api_key`, `X-Api-Key`, `client_secret`, `aws_secret_access_key`, ...
+_SECRET_KEY_PARTS = ("password", "passwd", "passphrase")
+_SECRET_KEY_ENDS = (
+    "secret",
+    "apikey",
+    "token",
+    "secretkey",
+    "secretaccesskey",
+    "privatekey",
+    "authorization",
+    "credential",
+    "credentials",
+    "accountkey",
+    "cookie",
+)
+
+
+def names_secret(key: str) -> bool:
+    """Whether a key, header or flag name says its value is a secret (``password``,
+    ``client_secret``, ``X-Api-Key``, ``--api-token``, ``Authorization``, ...)."""
+    # Keys repeat (every record has the same few), so short ones are remembered.
+    return _names_secret(key) if len(key) <= 64 else _key_says_secret(key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _names_secret(key: str) -> bool:
+    return _key_says_secret(key)
+
+
+def _key_says_secret(key: str) -> bool:
+    name = "".join(c for c in key.lower() if c.isascii() and c.isalnum())
+    return any(part in name for part in _SECRET_KEY_PARTS) or name.endswith(_SECRET_KEY_ENDS)
 
 
 def shape_names() -> tuple[str, ...]:

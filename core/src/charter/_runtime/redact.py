@@ -6,8 +6,13 @@ Two steps, in this order:
    input, output, properties and meta (including the verdict in ``meta["charter.eval"]``),
    and the step name. A verdict detail that quotes a value cut short (so the secret lost its
    shape) is caught too: the beginnings of the secrets found in the record are masked in meta.
-   Identifiers (agent_id, task_id, action_id) follow a narrow grammar that keys the hash
-   chain and are kept as they are.
+   A value under a key that names a secret (``password``, ``api_key``, ``X-Api-Key``,
+   ``client_secret``, ...), the value beside a ``{"name": "password", "value": ...}`` pair
+   and the argument after a ``--password`` flag in an argument list are masked whole,
+   whatever they look like. Identifiers (agent_id, action_id) follow a narrow grammar that
+   keys the hash chain and are kept as they are; a task_id holding a secret is stored as
+   ``x-`` plus the first 32 hex digits of its SHA-256 (the form `charter.task_id_from` gives
+   ids it cannot keep), the same for every record of the task.
 2. The payload mode shapes `input` and `output`: ``full`` keeps them, ``metadata_only`` keeps
    each top-level key with its JSON type and size (``{"command": {"type": "string", "size":
    12}}``), ``sha256`` keeps each top-level key with the SHA-256 of its value's canonical JSON
@@ -16,17 +21,21 @@ Two steps, in this order:
    secrets digests exactly as the original. The output of a ``step.gate`` record is Charter's
    own approval verdict, not agent data, and is always kept.
 
+Strings no store can encode (a lone surrogate) are escaped, never dropped: the surrogate is
+written as the six characters backslash, ``u`` and its four hex digits.
+
 Redaction never raises: a field that cannot be redacted is replaced by a marker naming the
 error, and the failure is counted and reported as an internal error.
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from typing import Any
 
 from charter._model.ijson import canonical_digest
-from charter._policy.secrets import contains_secret, find_secrets, mask_secrets
+from charter._policy.secrets import contains_secret, find_secrets, mask_secrets, names_secret
 from charter._runtime.internal import report_internal_error
 
 __all__ = ["PAYLOAD_MODES", "Redactor"]
@@ -38,6 +47,68 @@ _MASKED_FIELDS = ("input", "output", "properties", "meta")
 _JOIN = "\n\x00\n"
 # Shorter cut-off beginnings of a secret are too common as ordinary text to mask.
 _MIN_FRAGMENT = 8
+_HIDDEN = "[REDACTED:secret_field]"
+# {"name": "password", "value": "..."}: the field that names and the field that holds.
+_NAMING = ("name", "key", "header", "field", "param", "parameter")
+_HOLDING = ("value", "val", "data", "content", "secret")
+
+
+def _flag(s: str) -> str | None:
+    """The name of a command-line flag (``--password`` -> ``password``), or None."""
+    if s.startswith("-") and len(s) > 2:
+        return s.lstrip("-").split("=", 1)[0]
+    return None
+
+
+def _holder(d: dict[str, Any]) -> str | None:
+    """The key of the field holding a secret that a sibling field names, if any."""
+    for k in _NAMING:
+        named = d.get(k)
+        if type(named) is str and names_secret(named):
+            return next((h for h in _HOLDING if h in d), None)
+    return None
+
+
+def _names_any(value: Any) -> bool:
+    """Whether any key, name/value pair or flag in `value` names a secret."""
+    t = type(value)
+    if t is dict:
+        if _holder(value) is not None:
+            return True
+        return any(names_secret(k) or _names_any(v) for k, v in value.items())
+    if t is list:
+        for v in value:
+            if type(v) is str:
+                name = _flag(v)
+                if name is not None and names_secret(name):
+                    return True
+            elif _names_any(v):
+                return True
+    return False
+
+
+def _lone_surrogate(c: str) -> bool:
+    return "\ud800" <= c <= "\udfff"
+
+
+def _escape_text(s: str) -> str:
+    return "".join(f"\\u{ord(c):04x}" if _lone_surrogate(c) else c for c in s)
+
+
+def _escaped(value: Any) -> Any:
+    """`value` with every lone surrogate in its strings (keys too) written out as text."""
+    t = type(value)
+    if t is str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return _escape_text(value)
+        return value
+    if t is dict:
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if t is list:
+        return [_escaped(v) for v in value]
+    return value
 
 
 def _json_type(value: Any) -> str:
@@ -92,20 +163,48 @@ class _Masker:
         self.count += n
         return masked
 
-    def value(self, value: Any) -> Any:
+    def hide(self, s: str) -> str:
+        """`s` replaced whole: it sits where a secret is named (a key, a flag)."""
+        if not s or s.startswith("[REDACTED:"):
+            return s
+        self.count += 1
+        if len(s) >= _MIN_FRAGMENT:
+            self.found.add(s)
+        return _HIDDEN
+
+    def value(self, value: Any, hidden: bool = False) -> Any:
         t = type(value)
         if t is str:
-            return self.text(value)
+            return self.hide(value) if hidden else self.text(value)
         if t is dict:
+            holder = None if hidden else _holder(value)
             out: dict[str, Any] = {}
             for k, v in value.items():
                 key = self.text(k)
                 while key in out:  # two keys masked to one marker must not overwrite each other
                     key += "'"
-                out[key] = self.value(v)
+                out[key] = self.value(v, hidden or k == holder or names_secret(k))
             return out
         if t is list:
-            return [self.value(v) for v in value]
+            items: list[Any] = []
+            after_flag = False
+            for v in value:
+                if type(v) is str and not hidden:
+                    name = _flag(v)
+                    if name is not None and names_secret(name) and "=" in v:
+                        flag, given = v.split("=", 1)
+                        items.append(f"{flag}={self.hide(given)}")
+                        after_flag = False
+                        continue
+                    items.append(self.hide(v) if after_flag else self.text(v))
+                    after_flag = name is not None and names_secret(name)
+                    continue
+                items.append(self.value(v, hidden or after_flag))
+                after_flag = False
+            return items
+        if hidden and (t is int or t is float):
+            self.count += 1
+            return _HIDDEN
         return value
 
     def scrub(self, value: Any) -> Any:
@@ -160,13 +259,26 @@ class Redactor:
             texts.append(step_name)
         for name in _MASKED_FIELDS:
             _collect(out.get(name), texts)
+        task_id = out.get("task_id")
         try:
-            found = bool(texts) and contains_secret(_JOIN.join(texts))
+            joined = _JOIN.join(texts)
+            found = bool(texts) and contains_secret(joined)
+            found = found or any(_names_any(out.get(name)) for name in _MASKED_FIELDS)
+            if isinstance(task_id, str) and contains_secret(task_id):
+                digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
+                out["task_id"] = "x-" + digest[:32]
         except Exception as exc:
             self._failed(exc)
             found = True  # cannot tell: mask field by field, which reports its own failures
+            joined = "\ud800"  # and escape field by field
         if found:
             self._mask(out)
+        try:
+            joined.encode("utf-8")
+        except UnicodeEncodeError:
+            for name in ("step_name", *_MASKED_FIELDS):
+                if out.get(name) is not None:
+                    out[name] = _escaped(out[name])
         if self.payload_mode != "full":
             gate = out.get("kind") == "step.gate"
             for name in ("input", "output"):
