@@ -1,0 +1,254 @@
+"""LlamaIndex objects in, `charter.integration.Step` out: pure functions, no state, no I/O.
+
+Tools, chat messages and chat responses are read duck-typed (attribute by attribute), so a
+provider's own message or response class is read the same way as LlamaIndex's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from charter.integration import (
+    ROLES,
+    Gate,
+    Step,
+    chat_message,
+    model_outcome,
+    usage,
+)
+from charter.integration import model_step as build_model_step
+
+# LlamaIndex's MessageRole values outside the contract's four.
+_ROLE = {"developer": "system", "function": "tool", "chatbot": "assistant", "model": "assistant"}
+# Tool classes whose output is content from documents (retrieval), by class name so that
+# importing LlamaIndex's query engine machinery is never needed to tell.
+_RETRIEVAL_TOOLS = ("QueryEngineTool", "RetrieverTool")
+# Model request parameters recorded at properties.model.params when the LLM has them.
+_PARAMS = ("temperature", "max_tokens", "top_p", "context_window")
+
+
+def text(value: Any) -> str | None:
+    """`value` as plain text when it is a non-empty string, else None."""
+    return str.__str__(value) if isinstance(value, str) and value else None
+
+
+def base_tool(tool: Any) -> Any:
+    """The tool under LlamaIndex's async adapter (`adapt_to_async_tool`), or `tool`."""
+    inner = getattr(tool, "base_tool", None)
+    return inner if inner is not None else tool
+
+
+def tool_name(tool: Any) -> str:
+    metadata = getattr(tool, "metadata", None)
+    return text(getattr(metadata, "name", None)) or "unnamed_tool"
+
+
+def is_retrieval(tool: Any) -> bool:
+    """True for a query-engine or retriever tool: its output is content from documents."""
+    return any(c.__name__ in _RETRIEVAL_TOOLS for c in type(base_tool(tool)).__mro__)
+
+
+def tool_step(
+    gate: Gate, tool: Any, args: Mapping[str, Any], call_id: str | None, ids: dict[str, Any]
+) -> Step:
+    """A tool call mapped by the templates; a retrieval tool is a read
+    (``step.resource GET``) whose output is untrusted content (``properties.data.trust``),
+    whatever its name, so provenance and flow rules see what came from documents."""
+    name = tool_name(tool)
+    metadata = getattr(tool, "metadata", None)
+    description = text(getattr(metadata, "description", None))
+    step = gate.tool_step(name, args, call_id=call_id, description=description, ids=ids)
+    if getattr(metadata, "return_direct", False) is True:
+        step.properties["tool"]["return_direct"] = True
+    if not is_retrieval(tool):
+        return step
+    props = dict(step.properties)
+    props["data"] = {**dict(props.get("data") or {}), "trust": "untrusted"}
+    props["tool"] = {**dict(props.get("tool") or {}), "effect": "read_only", "retrieval": True}
+    query = args.get("input", args.get("query"))
+    if isinstance(query, str):
+        props["target"] = {**dict(props.get("target") or {}), "query": query}
+    return dataclasses.replace(step, kind="step.resource", verb="GET", properties=props)
+
+
+def tool_output(output: Any) -> dict[str, Any]:
+    """What a tool returned: its text, and the sources of a retrieval (node ids, scores)."""
+    found: dict[str, Any] = {"content": getattr(output, "content", None)}
+    raw = getattr(output, "raw_output", None)
+    nodes = getattr(raw, "source_nodes", None)
+    if nodes is None and isinstance(raw, list):
+        nodes = raw
+    sources = []
+    for node in nodes if isinstance(nodes, list) else ():
+        inner = getattr(node, "node", node)
+        ident = getattr(inner, "node_id", None)
+        if ident is None:
+            continue
+        entry: dict[str, Any] = {"id": str(ident)}
+        score = getattr(node, "score", None)
+        if isinstance(score, int | float):
+            entry["score"] = float(score)
+        sources.append(entry)
+    if sources:
+        found["sources"] = sources
+    return found
+
+
+def _role(message: Any) -> str:
+    role = getattr(message, "role", None)
+    value = str(getattr(role, "value", role))
+    value = _ROLE.get(value, value)
+    return value if value in ROLES else "user"
+
+
+def _content(message: Any) -> Any:
+    content = getattr(message, "content", None)
+    if content is not None:
+        return content
+    blocks = getattr(message, "blocks", None) or ()
+    texts = [b.text for b in blocks if isinstance(getattr(b, "text", None), str)]
+    return "\n".join(texts) if texts else None
+
+
+def _tool_calls(message: Any) -> list[dict[str, Any]]:
+    calls = []
+    for block in getattr(message, "blocks", None) or ():
+        name = getattr(block, "tool_name", None)
+        if isinstance(name, str) and hasattr(block, "tool_kwargs"):
+            calls.append(
+                {
+                    "id": getattr(block, "tool_call_id", None),
+                    "name": name,
+                    "args": block.tool_kwargs,
+                }
+            )
+    if calls:
+        return calls
+    extra = getattr(message, "additional_kwargs", None)
+    for call in (extra.get("tool_calls") if isinstance(extra, Mapping) else None) or ():
+        name = getattr(call, "tool_name", None)
+        if isinstance(name, str):
+            calls.append(
+                {
+                    "id": getattr(call, "tool_id", None),
+                    "name": name,
+                    "args": getattr(call, "tool_kwargs", None),
+                }
+            )
+    return calls
+
+
+def message(m: Any) -> dict[str, Any]:
+    """One LlamaIndex ChatMessage in the contract's shape."""
+    extra = getattr(m, "additional_kwargs", None)
+    call_id = extra.get("tool_call_id") if isinstance(extra, Mapping) else None
+    return chat_message(
+        _role(m),
+        _content(m),
+        name=text(extra.get("name")) if isinstance(extra, Mapping) else None,
+        tool_calls=_tool_calls(m),
+        tool_call_id=text(call_id),
+    )
+
+
+def _tool_names(tools: Any) -> list[str]:
+    names = []
+    for tool in tools if isinstance(tools, Sequence) else ():
+        if isinstance(tool, Mapping):  # a provider's tool spec
+            fn = tool.get("function")
+            name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
+        else:
+            name = getattr(getattr(tool, "metadata", None), "name", None)
+        if isinstance(name, str) and name:
+            names.append(name)
+    return names
+
+
+def provider(llm: Any, cls: type) -> str:
+    """The provider an LLM class belongs to: ``openai`` for ``llama_index.llms.openai``,
+    else LlamaIndex's own class name for it."""
+    parts = cls.__module__.split(".")
+    if parts[:2] == ["llama_index", "llms"] and len(parts) > 2:
+        return parts[2]
+    try:
+        return str(llm.class_name())
+    except Exception:
+        return cls.__name__
+
+
+def model_name(llm: Any, cls: type) -> str:
+    try:
+        name = text(getattr(llm.metadata, "model_name", None))
+    except Exception:
+        name = None
+    return name or text(getattr(llm, "model", None)) or cls.__name__
+
+
+def model_step(
+    gate: Gate, llm: Any, cls: type, messages: Sequence[Any], kwargs: Mapping[str, Any], ids: Any
+) -> Step:
+    """A chat call: only the messages after the model's last turn are converted."""
+    last = -1
+    for i in range(len(messages) - 1, -1, -1):
+        if _role(messages[i]) == "assistant":
+            last = i
+            break
+    params = {k: v for k in _PARAMS if isinstance(v := getattr(llm, k, None), int | float)}
+    return build_model_step(
+        gate.framework,
+        model_name(llm, cls),
+        [message(m) for m in messages[last + 1 :]],
+        provider=provider(llm, cls),
+        params=params,
+        tools=_tool_names(kwargs.get("tools")),
+        ids=ids,
+        message_count=len(messages),
+    )
+
+
+def _get(obj: Any, key: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def response_output(response: Any) -> dict[str, Any]:
+    """A chat response as the model step's output: the reply and any tool calls."""
+    reply = getattr(response, "message", None)
+    out: dict[str, Any] = {"message": message(reply) if reply is not None else None}
+    return out
+
+
+def response_properties(response: Any) -> dict[str, Any] | None:
+    """Token usage and stop reason of a chat response, from what providers report:
+    ``additional_kwargs`` (OpenAI's prompt/completion tokens) or the raw response's
+    ``usage`` (input/output tokens), and its finish or stop reason."""
+    extra = getattr(response, "additional_kwargs", None) or {}
+    raw = getattr(response, "raw", None)
+    raw_usage = _get(raw, "usage")
+    found = None
+    for source in (extra, raw_usage):
+        if source is None:
+            continue
+        found = usage(
+            _first(source, "input_tokens", "prompt_tokens"),
+            _first(source, "output_tokens", "completion_tokens"),
+            _get(source, "total_tokens"),
+        )
+        if found:
+            break
+    stop = _get(raw, "stop_reason") or _get(raw, "finish_reason") or _get(raw, "done_reason")
+    choices = _get(raw, "choices")
+    if stop is None and isinstance(choices, list) and choices:
+        stop = _get(choices[0], "finish_reason")
+    return model_outcome(usage=found, stop_reason=text(stop))
+
+
+def _first(source: Any, *keys: str) -> Any:
+    for key in keys:
+        value = _get(source, key)
+        if value is not None:
+            return value
+    return None
