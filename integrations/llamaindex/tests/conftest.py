@@ -50,8 +50,16 @@ def steps(records: list[dict[str, Any]], kind: str | None = None) -> list[dict[s
     return [r for r in found if kind is None or r["kind"] == kind]
 
 
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+def run(work: Any) -> Any:
+    """Run a coroutine, or a callable returning an awaitable (a workflow's ``run`` must be
+    called inside the event loop), to its end."""
+    if asyncio.iscoroutine(work):
+        return asyncio.run(work)
+
+    async def main() -> Any:
+        return await work()
+
+    return asyncio.run(main())
 
 
 BLOCK = {"rule_type": "deny", "severity": "critical"}

@@ -39,6 +39,7 @@ from charter.integration import (
     approval_request,
     claim,
     current_claim,
+    message_step,
     read_answers,
 )
 
@@ -258,10 +259,12 @@ async def _decided(found: tuple[_Run, Step]) -> StepHandle | None:
     return decision.handle
 
 
-def _refusal(decision: Blocked | Pending) -> Blocked:
+def _refusal(decision: Blocked | Pending, what: str = "a model call") -> Blocked:
+    """A refusal to raise. Decided without `pause`, the Governor's approver answers every
+    ask, so a Pending is never expected here; should one come, the step does not run."""
     if isinstance(decision, Blocked):
         return decision
-    return Blocked(decision.step, "blocked: a model call needs approval", None)
+    return Blocked(decision.step, f"blocked: {what} cannot wait for an approval", None)
 
 
 def _chat(self: Any, messages: Any, **kwargs: Any) -> Any:
@@ -473,6 +476,7 @@ class Governance:
             if isinstance(started, Blocked):
                 raise started.error()
             task_id = started
+            self._user_message(task_id, args, kwargs)
         try:
             handler = base.run(workflow, *args, **kwargs)
         except BaseException as exc:
@@ -486,6 +490,21 @@ class Governance:
             self._remember(task_id)
         li.on_done(handler, lambda outcome: self._finished(run, outcome))
         return handler
+
+    def _user_message(self, task_id: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Record the user's message of a run as a step.message GET (role user): the trusted
+        content provenance rules compare recipients and hosts with. A nested run's message
+        came from a model, not a person, and is not recorded."""
+        content = li.run_input(args, kwargs).get("user_msg")
+        if content is None:
+            return
+        step = message_step("llamaindex", "GET", "user", content, name="user_message")
+        decision = self.gate.decide(step, task_id)
+        if isinstance(decision, Blocked | Pending):
+            error = _refusal(decision, "a user message").error()
+            self.gate.end_task(task_id, error)
+            raise error
+        self.gate.complete(decision.handle, {})
 
     def _remember(self, task_id: str) -> None:
         if task_id not in self.task_ids:

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 __all__ = ["approve", "deny", "edit"]
 
-_RUN_TAG = "llamaindex.run_id"
+# The workflow runtime tags each run with its id: "llamaindex.run_id", "run_id" before 2.17.
+_RUN_TAGS = ("llamaindex.run_id", "run_id")
 _DIGEST = "charter_digest"
 _DECISION = "charter_decision"
 _APPROVE_WORDS = frozenset({"approve", "approved", "yes", "y", "ok", "allow"})
@@ -61,8 +62,12 @@ def current_run_id() -> str | None:
             from llama_index.core.instrumentation.dispatcher import active_instrument_tags
         except ImportError:
             return None
-    value = active_instrument_tags.get().get(_RUN_TAG)
-    return str(value) if value is not None else None
+    tags = active_instrument_tags.get()
+    for key in _RUN_TAGS:
+        value = tags.get(key)
+        if value is not None:
+            return str(value)
+    return None
 
 
 def _step_worker() -> Any:
