@@ -1,0 +1,144 @@
+"""LlamaIndex agent benchmark: prints figures, asserts nothing.
+
+    uv run python bench/llamaindex_agent.py [--steps 20] [--runs 11]
+
+A FunctionAgent driven by charter_llamaindex.testing.ScriptedLLM (LlamaIndex's own mock
+function-calling LLM), scripted to call a tool on each of `--steps` turns and then answer.
+Measures the wall time of one whole run ungoverned, through do-nothing wrappers at the same
+two places Charter hooks in (the agent's ``_call_tool`` and the LLM's chat methods, by
+subclass: LlamaIndex's own cost of being wrapped), and governed by charter_llamaindex.govern
+with a realistic policy set and a buffered SQLite audit trail in a temporary folder; prints
+the medians, the per-round ratio to ungoverned, and Charter's added cost per governed step
+next to the do-nothing wrapper's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import charter_llamaindex
+from _policies import INTEGRATION_POLICIES
+from charter_llamaindex.testing import ScriptedLLM, tool_call
+from llama_index.core.agent.workflow import FunctionAgent
+from llama_index.core.tools import FunctionTool
+
+POLICIES = INTEGRATION_POLICIES
+USAGE = {"input_tokens": 120, "output_tokens": 30}
+
+
+def get_weather(city: str) -> str:
+    """Read the weather for a city."""
+    return f"sunny in {city}, 21 degrees, light wind from the west"
+
+
+class PassThroughLLM(ScriptedLLM):
+    """The scripted LLM behind do-nothing wrappers of the chat methods Charter gates."""
+
+    def chat(self, messages: Any, **kwargs: Any) -> Any:
+        return super().chat(messages, **kwargs)
+
+    async def achat(self, messages: Any, **kwargs: Any) -> Any:
+        return await super().achat(messages, **kwargs)
+
+    async def astream_chat(self, messages: Any, **kwargs: Any) -> Any:
+        stream = await super().astream_chat(messages, **kwargs)
+
+        async def relay() -> Any:
+            async for item in stream:
+                yield item
+
+        return relay()
+
+
+class PassThroughAgent(FunctionAgent):
+    """A FunctionAgent with a do-nothing wrapper around its tool-call step."""
+
+    async def _call_tool(self, ctx: Any, tool: Any, tool_input: dict[str, Any]) -> Any:
+        return await super()._call_tool(ctx, tool, tool_input)
+
+
+def build(steps: int, mode: str) -> FunctionAgent:
+    turns: list[Any] = [tool_call("get_weather", {"city": f"city-{i}"}) for i in range(steps)]
+    turns.append("Done.")
+    llm_cls, agent_cls = (
+        (PassThroughLLM, PassThroughAgent)
+        if mode == "pass-through"
+        else (ScriptedLLM, FunctionAgent)
+    )
+    llm = llm_cls(turns, model="bench-model", usage=USAGE)
+    return agent_cls(tools=[FunctionTool.from_defaults(get_weather)], llm=llm)
+
+
+async def _run(agent: FunctionAgent, steps: int) -> Any:
+    return await agent.run(user_msg="Weather everywhere.", max_iterations=steps + 5)
+
+
+def one_run(steps: int, mode: str, folder: Path, n: int) -> float:
+    """Wall seconds of one agent run in `mode`."""
+    agent = build(steps, mode)
+    governance = None
+    if mode == "governed":
+        governance = charter_llamaindex.govern(
+            agent,
+            policies=POLICIES,
+            agent_id="bench-agent",
+            audit_location=f"sqlite:///{folder}/audit-{n}.db",
+        )
+    gc.collect()
+    loop = asyncio.new_event_loop()
+    try:
+        start = time.perf_counter()
+        result = loop.run_until_complete(_run(agent, steps))
+        elapsed = time.perf_counter() - start
+    finally:
+        loop.close()
+    assert str(result) == "Done.", result
+    if governance is not None:
+        governance.uninstall()  # flushes the buffered trail, outside the timed run
+    return elapsed
+
+
+def bench(steps: int, runs: int, folder: Path) -> None:
+    modes = ("ungoverned", "pass-through", "governed")
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    ratios: dict[str, list[float]] = {m: [] for m in modes}
+    for mode in modes:
+        one_run(steps, mode, folder, -1)  # warm-up: first run, first file
+    # Modes interleave round by round, so a noisy neighbour hits them alike; the per-round
+    # ratio is the figure.
+    for n in range(runs):
+        order = random.sample(modes, len(modes))
+        got = {m: one_run(steps, m, folder, n) for m in order}
+        for m in modes:
+            wall[m].append(got[m])
+            ratios[m].append(got[m] / got["ungoverned"])
+    governed_steps = 2 * steps + 3  # tool + model per turn, final model call, user message, task
+    base = statistics.median(wall["ungoverned"])
+    print(f"FunctionAgent (streaming): {steps} tool turns ({governed_steps} governed steps)")
+    print(f"  {runs} rounds; mode          wall median   ratio (median of rounds)   per step")
+    for m in modes:
+        w, r = statistics.median(wall[m]), statistics.median(ratios[m])
+        per_step = "" if m == "ungoverned" else f"+{(w - base) / governed_steps * 1e6:6.0f} us"
+        print(f"  {m:<13} {w * 1e3:9.1f} ms   {r:5.2f}x {per_step:>30}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20, help="tool-calling turns per run")
+    parser.add_argument("--runs", type=int, default=11, help="rounds (median taken)")
+    args = parser.parse_args()
+    print(f"{len(POLICIES)} policies, buffered SQLite audit, LlamaIndex scripted offline")
+    with tempfile.TemporaryDirectory() as tmp:
+        bench(args.steps, args.runs, Path(tmp))
+
+
+if __name__ == "__main__":
+    main()
