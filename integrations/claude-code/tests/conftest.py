@@ -100,6 +100,8 @@ def hook_env(project: Path, home: Path, pycache: Path) -> dict[str, str]:
     env["PYTHONPYCACHEPREFIX"] = str(pycache)
     env["CLAUDE_PROJECT_DIR"] = str(project)
     env["HOME"] = str(home)
+    # As for a user who installed charter-claude-code: its commands are on PATH.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 

@@ -94,8 +94,10 @@ class HookAdapter:
             settings.audit_location,
             "--agent-id",
             settings.agent_id,
+            "--fail-mode",
+            settings.fail_mode,
         ]
-        env = {**self.env, "CHARTER_FAIL_MODE": settings.fail_mode}
+        env = dict(self.env)
         faulty = "build_step" in vars(governor)  # the kit patched this Governor's build_step
         prefix = [sys.executable, "-c", _FAULTY_HOOK] if faulty else [hook_executable()]
         return prefix, args, env

@@ -56,16 +56,16 @@ def test_a_command_that_cannot_run_or_load_fails(project, policy, tmp_path, hook
     install_hooks(settings, policy_files=[mine])
     mine.write_text("name: x\nversion: 1\npolicies: []\n")
     code, text = _doctor(project, settings, hook_env)
-    assert code == 1 and "FAIL policies: none" in text
-    mine.unlink()
+    # Pinned: the emptied file does not govern; the trusted set stays in force, and says so.
+    assert code == 0 and "ok   policies: enforcing 12" in text
+    assert "warn pins: the policy files changed since they were trusted" in text
+    shutil.rmtree(project / ".charter" / "claude-code" / "trusted")
     code, text = _doctor(project, settings, hook_env)
-    assert (
-        code == 1 and "FAIL policies: unavailable" in text and "every tool call is denied" in text
-    )
+    assert code == 1 and "FAIL policies" in text and "charter claude trust" in text
 
     install_hooks(settings, policy_files=[policy], python=str(tmp_path / "gone" / "python"))
     code, text = _doctor(project, settings, hook_env)
-    assert code == 1 and "is not an executable absolute path" in text
+    assert code == 1 and "is not an executable here" in text
 
 
 def test_disabled_hooks_fail(project, policy, hook_env):

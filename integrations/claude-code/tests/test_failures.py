@@ -69,8 +69,12 @@ def test_policy_file_deleted_or_broken_mid_session(claude, project, tmp_path, po
     mine.write_text(policy.read_text() + "\n  - name: broken\n    rule_type: nope\n")
     broken = claude.tool("Bash", {"command": "echo ran >> after.txt"})
     assert broken.pre.permission == "deny" and "nope" in broken.pre.reason
-    # fail_mode open lets steps through, and says so to the user.
+    # The environment cannot open the gate: fail mode comes from the install only.
     claude.env["CHARTER_FAIL_MODE"] = "open"
+    still = claude.tool("Bash", {"command": "echo ran >> after.txt"})
+    assert still.pre.permission == "deny" and not still.ran
+    # fail_mode open, chosen at install, lets steps through, and says so to the user.
+    claude.args = ["--fail-mode", "open"]
     opened = claude.tool("Bash", {"command": "echo ran >> after.txt"})
     assert opened.ran and "not enforcing" in opened.pre.json()["systemMessage"]
     assert (project / "after.txt").read_text().split() == ["ran"]

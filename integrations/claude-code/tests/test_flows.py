@@ -54,7 +54,7 @@ def test_charter_files_are_protected_from_the_agent(claude, project):
     claude.tool("Bash", {"command": "true"})
     state = project / ".charter" / "claude-code" / "sessions" / "sess-1.json"
     edit = claude.tool("Write", {"file_path": str(state), "content": "{}"})
-    assert edit.pre.permission == "deny" and "protect-governance-files" in edit.pre.reason
+    assert edit.pre.permission == "deny" and "charter-self-protection" in edit.pre.reason
     wipe = claude.tool("Bash", {"command": "rm -f .charter/audit.db"})
     assert wipe.pre.permission == "deny" and (project / ".charter" / "audit.db").exists()
 

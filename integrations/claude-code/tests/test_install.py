@@ -13,6 +13,8 @@ from charter_claude_code import HOOK_EVENTS, install_hooks, uninstall_hooks
 from charter_claude_code._cli import claude as claude_cli
 from click.testing import CliRunner
 
+BLOCKING = ("PreToolUse", "UserPromptSubmit")
+
 # Formatted the way Claude Code writes it (two-space JSON), with the user's own hooks.
 EXISTING = """{
   "permissions": {
@@ -68,8 +70,11 @@ def test_install_merges_and_uninstall_restores_byte_for_byte(tmp_path, policy):
     for event in HOOK_EVENTS:
         (hook,) = [h for g in data["hooks"][event] for h in g["hooks"] if "charter" in h["command"]]
         command = hook["command"]
-        assert command.startswith(sys.executable + " ") or command.startswith(f"'{sys.executable}'")
+        # Shared project settings: nothing of this machine but what lies outside the project.
+        assert command.startswith("charter-claude-hook ") and sys.executable not in command
         assert f"--event {event}" in command and str(policy) in command
+        assert "--pin sha256:" in command and "--enforcement enforce --fail-mode closed" in command
+        assert hook.get("onFailure") == ("block" if event in BLOCKING else None)
         assert hook["timeout"] == 30 and "--deadline 10" in command
         assert command.endswith("exit 2; }") == (event in ("PreToolUse", "UserPromptSubmit"))
 

@@ -301,6 +301,9 @@ def test_public_api() -> None:
             "TemplateError",
             "Resolution",
             "EFFECT_CLASSES",
+            "builtin_sources",
+            "template_documents",
+            "templates_from_documents",
         ]
     )
     assert EFFECT_CLASSES == ("none", "read_only", "idempotent", "non_idempotent")
@@ -311,6 +314,27 @@ def test_import_is_cheap() -> None:
     code = "import sys, charter_templates; print('yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_documents_round_trip_through_json(tmp_path) -> None:
+    import json
+
+    from charter_templates import builtin_sources, template_documents, templates_from_documents
+
+    user = tmp_path / "mine.yaml"
+    user.write_text("integration: claude_code\ntools:\n  Deploy: {kind: step.exec}\n")
+    builtin = json.loads(json.dumps(template_documents(builtin_sources())))
+    (mine,) = template_documents([(str(user), user.read_text())])
+    rebuilt = templates_from_documents(builtin, json.loads(json.dumps(mine)))
+    direct = load_templates(user)
+    for name, args in [("Deploy", {}), ("Bash", {"command": "ls"}), ("Read", {"file_path": "a"})]:
+        assert resolve(CC, name, args, overrides=rebuilt) == resolve(
+            CC, name, args, overrides=direct
+        )
+    # Data is checked as the YAML would be: a bad entry is refused naming its file.
+    bad = [[str(user), [{"integration": "claude_code", "tools": {"X": {"kind": "nope"}}}]]]
+    with pytest.raises(TemplateError, match=r"mine\.yaml"):
+        templates_from_documents(builtin, bad[0])
 
 
 def test_default_templates_are_cached() -> None:

@@ -796,6 +796,15 @@ class Gate:
         recorded = self.governor.runner.record_block(pending.request.behavior, result)
         return Blocked(pending.step, reason, recorded)
 
+    def redacted(self, wire: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy of a wire form (`intent(...).to_dict()`, `save_pending(...)["step"]`, an
+        outcome's ``{"output": ...}``) with every secret masked as the store would mask it
+        (the payload mode is not applied): what an integration may keep between processes.
+        Never raises; a field that cannot be redacted is replaced by a marker."""
+        from charter._runtime.redact import Redactor
+
+        return Redactor("full").redact(dict(wire))
+
     def save_pending(self, pending: Pending) -> dict[str, Any]:
         """`pending` as plain JSON, to keep while a person is asked outside this process
         (``{"step": the intent's wire form, "verdict": the ask, "task_id", "call_id"}``);

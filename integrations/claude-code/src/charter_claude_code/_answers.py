@@ -115,7 +115,8 @@ def failure(event: str | None, reason: str) -> HookAnswer:
     PreToolUse denies and UserPromptSubmit blocks (exit 0 with JSON); every other event
     cannot stop anything that has not already happened, so it reports `reason` to the user
     and exits 0. An unknown event (unreadable input and no ``--event``) exits 2 with the
-    reason on stderr: for PreToolUse, the event that matters, that blocks.
+    reason on stderr: for PreToolUse, the event that matters, that blocks. An event Charter
+    does not govern exits 0.
     """
     text = f"{_PREFIX} could not decide, so it refuses: {reason}"
     if event == "PreToolUse":
@@ -138,11 +139,18 @@ def failure(event: str | None, reason: str) -> HookAnswer:
     if event in HOOK_EVENTS:
         message = f"{_PREFIX} hook failed on {event}: {reason}"
         return HookAnswer(0, _dump({"systemMessage": message}), message, "error")
+    if event is not None:
+        # An event Charter does not govern (Notification, PreCompact, ...): exit 2 there would
+        # refuse something Charter has no opinion on (PreCompact: the compaction).
+        return HookAnswer(0, "{}", text, "error")
     return HookAnswer(2, "", text, "error")
 
 
 def last_resort(event: str | None, reason: str) -> tuple[int, bytes]:
     """(exit code, stderr bytes) when even writing the JSON answer failed."""
-    code = 2 if event in BLOCKABLE_EVENTS or event not in HOOK_EVENTS else 1
+    if event is not None and event not in HOOK_EVENTS:
+        code = 0  # an event Charter does not govern
+    else:
+        code = 2 if event in BLOCKABLE_EVENTS or event is None else 1
     text = f"{_PREFIX} could not answer: {reason}\n"
     return code, text.encode("utf-8", "replace")

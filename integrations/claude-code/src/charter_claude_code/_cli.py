@@ -79,6 +79,26 @@ def claude() -> None:
     show_default=True,
     help="Hook timeout in seconds; the hook denies on its own after a third of it.",
 )
+@click.option(
+    "--enforcement",
+    type=click.Choice(["enforce", "monitor"]),
+    default="enforce",
+    show_default=True,
+    help="monitor: judge and record only (pinned; no manifest or variable can change it).",
+)
+@click.option(
+    "--fail-mode",
+    type=click.Choice(["closed", "open"]),
+    default="closed",
+    show_default=True,
+    help="open: run steps ungoverned when Charter cannot decide (pinned like --enforcement).",
+)
+@click.option(
+    "--hook-command",
+    default=None,
+    help="The program part of the hook command, e.g. "
+    "'uv run --project \"$CLAUDE_PROJECT_DIR\" charter-claude-hook'.",
+)
 def install(
     scope: str,
     project_dir: Path,
@@ -87,6 +107,9 @@ def install(
     baseline: str | None,
     auto_approve: bool,
     timeout: int,
+    enforcement: str,
+    fail_mode: str,
+    hook_command: str | None,
 ) -> None:
     """Register Charter's hook for every Claude Code event in a settings file.
 
@@ -97,6 +120,7 @@ def install(
 
     from charter_claude_code._install import SettingsError, install_hooks
     from charter_claude_code._policies import ConfigError, baseline_policies
+    from charter_claude_code._trust import TrustError
 
     if not policies and not baseline:
         raise click.UsageError(
@@ -127,8 +151,12 @@ def install(
             baseline=baseline,
             auto_approve=auto_approve,
             timeout=timeout,
+            project_dir=project_dir.resolve(),
+            enforcement=enforcement,
+            fail_mode=fail_mode,
+            program=hook_command,
         )
-    except SettingsError as exc:
+    except (SettingsError, TrustError) as exc:
         click.echo(f"charter claude install: {exc}", err=True)
         raise SystemExit(1) from None
     if not result.changed:
@@ -139,6 +167,53 @@ def install(
         click.echo(f"  the previous file is kept in {result.backup}")
     click.echo("  restart Claude Code (or review /hooks) so it picks them up;")
     click.echo("  check the install with: charter claude doctor")
+
+
+@claude.command()
+@_scope_options
+def trust(scope: str, project_dir: Path, settings_file: Path | None) -> None:
+    """Trust the policy set as it is now (run by a person, never by the agent).
+
+    Re-pins the installed hook to the current policy files (their digest, a verified copy)
+    and re-anchors the audit trail, keeping every other option of the install. Run it after
+    reviewing a policy change, or after the hook reported a missing or replaced trail.
+    Restart Claude Code (or review /hooks) afterwards so it runs the re-pinned command.
+    """
+    import os
+
+    from charter_claude_code._install import SettingsError, install_hooks, installed_options
+    from charter_claude_code._trust import TrustError, reset_heads
+
+    path = _target(scope, project_dir, settings_file)
+    root = str(project_dir.resolve())
+    try:
+        found = installed_options(path)
+        files = [
+            f.replace("$CLAUDE_PROJECT_DIR", root).replace("${CLAUDE_PROJECT_DIR}", root)
+            for f in found["policy_files"]
+        ]
+        hook = found["hook"]
+        result = install_hooks(
+            path,
+            policy_files=[os.path.abspath(os.path.join(root, f)) for f in files],
+            baseline=found["baseline"],
+            auto_approve=found["auto_approve"],
+            timeout=int(found["timeout"]),
+            deadline=found["deadline"],
+            project_dir=root,
+            enforcement=found["enforcement"],
+            fail_mode=found["fail_mode"],
+            program=hook,
+        )
+        reset = reset_heads(root)
+    except (SettingsError, TrustError) as exc:
+        click.echo(f"charter claude trust: {exc}", err=True)
+        raise SystemExit(1) from None
+    click.echo(f"{path}: the policy set as it is now is trusted and pinned")
+    if reset:
+        click.echo(f"  {reset} session(s) continue from the trail as it is now")
+    if result.changed:
+        click.echo("  restart Claude Code (or review /hooks) so it runs the re-pinned hook")
 
 
 @claude.command()

@@ -50,15 +50,20 @@ def hook_status(config: Any, environ: Mapping[str, str] | None = None) -> dict[s
             folder = os.path.dirname(path) or "."
             writable = os.access(path, os.W_OK) and os.access(folder, os.W_OK)
         store["writable"] = writable
-        count = sum(status["policies"].values())
+        # Less the always-on self-protection policy, which is not the user's choice.
+        count = max(0, sum(status["policies"].values()) - 1)
+        state = status["load_state"]
+        if state == "enforcing" and count == 0:
+            state = "none_configured"
         result = {
             "project_root": root,
             "policies": {
-                "state": status["load_state"],
+                "state": state,
                 "cause": status["cause"],
                 "count": count,
                 "sources": list(source.described),
-                "cached": source.cached,
+                "pinned": source.pinned,
+                "changed": source.changed,
             },
             "fail_mode": status["fail_mode"],
             "enforcement": status["enforcement"],
@@ -66,7 +71,7 @@ def hook_status(config: Any, environ: Mapping[str, str] | None = None) -> dict[s
             "agent_id": status["agent_id"],
             "store": store,
         }
-        result["ok"] = bool(status["load_state"] == "enforcing" and store.get("ok") and writable)
+        result["ok"] = bool(state == "enforcing" and store.get("ok") and writable)
         return result
     finally:
         gate.governor.close(1.0)
@@ -191,16 +196,23 @@ def _check_command(
     except ValueError as exc:
         report.add("FAIL", "hook command", f"cannot be parsed ({exc})")
         return
-    interpreter = words[0] if words else ""
-    if not (os.path.isabs(interpreter) and os.access(interpreter, os.X_OK)):
+    env = dict(os.environ if environ is None else environ)
+    env["CLAUDE_PROJECT_DIR"] = str(root)
+    program = words[0] if words else ""
+    for var in ("$CLAUDE_PROJECT_DIR", "${CLAUDE_PROJECT_DIR}"):
+        program = program.replace(var, str(root))
+    import shutil
+
+    interpreter = program if os.sep in program else shutil.which(program, path=env.get("PATH"))
+    if not (interpreter and os.path.isabs(interpreter) and os.access(interpreter, os.X_OK)):
         report.add(
             "FAIL",
             "hook command",
-            f"interpreter {interpreter!r} is not an executable absolute path; reinstall",
+            f"{program!r} is not an executable here (not on PATH?); every member needs "
+            "charter-claude-code installed (pip install charter-claude-code), or reinstall "
+            "with --hook-command",
         )
         return
-    env = dict(os.environ if environ is None else environ)
-    env["CLAUDE_PROJECT_DIR"] = str(root)
     try:
         done = subprocess.run(
             _doctor_command(command),
@@ -235,6 +247,20 @@ def _check_command(
     sources = ", ".join(policies.get("sources") or []) or "-"
     if state == "enforcing":
         report.add("ok", "policies", f"enforcing {policies.get('count')} from {sources}")
+        if not policies.get("pinned"):
+            report.add(
+                "FAIL",
+                "pins",
+                "the hook command carries no --pin: an edited policy file would govern "
+                "without a person's review; reinstall (charter claude install)",
+            )
+        elif policies.get("changed"):
+            report.add(
+                "warn",
+                "pins",
+                "the policy files changed since they were trusted; the trusted set stays in "
+                "force until a person runs: charter claude trust",
+            )
     elif state == "none_configured":
         report.add("FAIL", "policies", f"none: {sources} define no policy; nothing is governed")
     else:

@@ -52,7 +52,8 @@ from charter_claude_code._answers import (
     pre_tool_use,
     silent,
 )
-from charter_claude_code._policies import ConfigError, policy_source
+from charter_claude_code._policies import ConfigError, PolicySource, policy_source
+from charter_claude_code._protect import POLICY_NAME
 from charter_claude_code._state import LockTimeout, SessionLock, SessionState, StateError
 
 __all__ = ["FRAMEWORK", "HookConfig", "handle_event", "open_gate", "project_root", "state_dir"]
@@ -80,9 +81,11 @@ class HookConfig:
     ``claude-code``; ``CHARTER_AUDIT_LOCATION`` / ``CHARTER_AGENT_ID`` also work);
     `max_output_chars` sets the core setting of that name (each string of a recorded tool
     response is cut there, so restoring a long session stays fast; default 32,768 or
-    ``CHARTER_MAX_OUTPUT_CHARS``); `cache` keeps parsed manifests and templates under
-    ``.charter/claude-code/cache`` between calls. Every other setting comes from
-    ``CHARTER_*`` variables.
+    ``CHARTER_MAX_OUTPUT_CHARS``); `cache` builds the templates from the verified trusted
+    record instead of parsing their YAML. `pin` is the digest of the trusted policy set
+    (see `_trust`); `enforcement` and `fail_mode` come only from here (the install), never
+    from ``CHARTER_ENFORCEMENT`` / ``CHARTER_FAIL_MODE`` or a manifest. Every other setting
+    comes from ``CHARTER_*`` variables.
     """
 
     policy_files: tuple[str, ...] = ()
@@ -94,10 +97,18 @@ class HookConfig:
     agent_id: str | None = None
     max_output_chars: int | None = None
     cache: bool = True
+    pin: str | None = None
+    enforcement: str = "enforce"
+    fail_mode: str = "closed"
 
 
 class _Refusal(Exception):
     """A condition under which this call cannot decide; the message is the reason."""
+
+
+class _Untrusted(_Refusal):
+    """Governance a person must re-establish (``charter claude trust``): action steps are
+    denied, and the other events tell the user without refusing them."""
 
 
 def state_dir(root: str) -> Path:
@@ -135,13 +146,29 @@ def handle_event(
     cfg = config or HookConfig()
     env = os.environ if environ is None else environ
     name = registered_as
+    if _ungoverned_event(event, registered_as):
+        # Notification, PreCompact, PermissionRequest, ...: Charter has no opinion, and a
+        # refusal there (exit 2 blocks compaction) would only get in the user's way.
+        return silent()
     try:
         name = _event_name(event, registered_as)
         assert isinstance(event, dict)
         deadline_at = (time.monotonic() if started is None else started) + cfg.deadline
         return _Call(event, name, cfg, env, timings, deadline_at).run()
     except Exception as exc:  # the hook's one promise: never a crash, never a silent allow
+        from charter_claude_code._trust import TrustError
+
+        if isinstance(exc, TrustError | _Untrusted) and name not in (None, "PreToolUse"):
+            return notice(name, f"Charter is not governing: {_describe(exc)}")
         return failure(name, _describe(exc))
+
+
+def _ungoverned_event(event: object, registered_as: str | None) -> bool:
+    """True for an event Charter does not govern: registered for one, or naming one."""
+    if registered_as is not None:
+        return registered_as not in HOOK_EVENTS
+    name = event.get("hook_event_name") if isinstance(event, dict) else None
+    return isinstance(name, str) and bool(name) and name not in HOOK_EVENTS
 
 
 def _event_name(event: object, registered_as: str | None) -> str:
@@ -167,7 +194,9 @@ def _event_name(event: object, registered_as: str | None) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    known = (_Refusal, ConfigError, StateError, LockTimeout, ValueError)
+    from charter_claude_code._trust import TrustError
+
+    known = (_Refusal, ConfigError, StateError, LockTimeout, ValueError, TrustError)
     text = str(exc).strip() or type(exc).__name__
     charter_error = type(exc).__module__.startswith("charter.") or type(exc).__module__ == "charter"
     if not isinstance(exc, known) and not charter_error:
@@ -189,6 +218,13 @@ def _key(event: Mapping[str, Any]) -> str:
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
+
+
+def _digest(tool_input: Mapping[str, Any]) -> str:
+    """The digest a repeated tool_use_id must match to reuse an earlier decision."""
+    import charter
+
+    return str(charter.canonical_digest(charter.capture(dict(tool_input))))
 
 
 class ToolError(Exception):
@@ -287,6 +323,8 @@ class _Call:
         health = gate.store_health()
         if not health.get("ok"):
             raise _Refusal(f"the audit store {self.settings.audit_location} {health['detail']}")
+        if self.config.pin:
+            self._check_anchor()
         state = self.state
         base = self.charter.task_id_from(self.session_id)
         tid = state.task_id or base
@@ -305,7 +343,13 @@ class _Call:
                 break
             # The session's task was closed (SessionEnd) and the session goes on (resume):
             # its chain cannot grow, so the session continues in the next task id.
-            for table in (state.intents, state.asks, state.pending, state.ungoverned):
+            for table in (
+                state.intents,
+                state.asks,
+                state.pending,
+                state.ungoverned,
+                state.digests,
+            ):
                 table.clear()
             if not start:
                 state.task_id = tid
@@ -330,6 +374,24 @@ class _Call:
         self._reconcile(tid)
         self._time("restore")
         return tid
+
+    def _check_anchor(self) -> None:
+        """A pinned install's trail must still hold its anchor (see `_trust`)."""
+        from charter_claude_code._trust import anchor_marker, has_anchor, write_anchor
+
+        if has_anchor(self.gate):
+            return
+        marker = anchor_marker(self.root, self.environ)
+        if marker is not None and marker.exists():
+            raise _Untrusted(
+                f"the audit store {self.settings.audit_location} no longer holds the trail "
+                "anchor recorded when this project's governance was trusted: it was deleted, "
+                "emptied or replaced, and with it the history the rules judge from; a person "
+                "must check it and run: charter claude trust"
+            )
+        # First call in this project under an install made elsewhere (user or managed
+        # settings, a teammate's project settings): the trail starts here.
+        write_anchor(self.gate, str(self.config.pin), self.root, self.environ)
 
     def _reconcile(self, tid: str) -> None:
         """Re-register the intents other processes allowed; drop what the store settled;
@@ -362,6 +424,13 @@ class _Call:
                 continue
             del state.pending[key]
             del state.intents[key]
+        self._prune_digests()
+
+    def _prune_digests(self) -> None:
+        state = self.state
+        open_keys = state.intents.keys() | state.asks.keys() | state.ungoverned.keys()
+        for key in [k for k in state.digests if k not in open_keys]:
+            del state.digests[key]
 
     # -- events ---------------------------------------------------------------------------------
 
@@ -375,6 +444,13 @@ class _Call:
             return self._user_prompt()
         if name == "SessionStart":
             self._restore(start=True)
+            if getattr(self.policy_source, "changed", False):
+                return notice(
+                    name,
+                    "Charter: the policy files changed since they were trusted; the trusted "
+                    "set stays in force until a person reviews them and runs: charter claude "
+                    "trust",
+                )
             return silent()
         if name == "SessionEnd":
             return self._session_end()
@@ -457,27 +533,48 @@ class _Call:
                 "the outcome of an earlier step could not be recorded, so the session's "
                 f"history is incomplete: {'; '.join(self.unrecorded)}; fix the audit store"
             )
-        if key in state.intents or key in state.ungoverned:
-            return pre_tool_use("allow", "Charter: allowed (decided already)", auto_approve=auto)
-        if key in state.asks:
-            reason = state.asks[key]["verdict"].get("reason", "approval required")
-            return pre_tool_use("ask", f"Charter asks for approval: {reason}", auto_approve=auto)
-        earlier = self._recorded(tid)
-        if earlier is not None:
-            return self._repeat(tool_name, earlier)
+        digest = _digest(tool_input)
+        if key in state.intents or key in state.ungoverned or key in state.asks:
+            if state.digests.get(key) == digest:
+                if key in state.asks:
+                    reason = state.asks[key]["verdict"].get("reason", "approval required")
+                    return pre_tool_use(
+                        "ask", f"Charter asks for approval: {reason}", auto_approve=auto
+                    )
+                return pre_tool_use(
+                    "allow", "Charter: allowed (decided already)", auto_approve=auto
+                )
+            self._forget(key)  # the same id with another input: judged afresh
+        else:
+            earlier = self._recorded(tid)
+            if earlier is not None:
+                return self._repeat(tool_name, earlier)
         step = self._step(tool_name, tool_input)
+        protected = self._protected(tool_name, tool_input)
+        if protected:
+            step.properties["claude"]["protected"] = protected
         self._time("build")
         decision = self.gate.decide(step, tid, pause=True, call_id=self._call_id())
         self._time("evaluate")
         if isinstance(decision, Blocked):
+            why = _one_line(decision.reason)
+            if protected and POLICY_NAME in why:
+                from charter_claude_code._protect import describe
+
+                why = (
+                    f"blocked by policy '{POLICY_NAME}': it touches what governs this agent "
+                    f"({describe(protected)}); only a person may change Charter's policies, "
+                    "settings and trail"
+                )
             return pre_tool_use(
                 "block",
-                f"Charter blocked this {tool_name} call: {_one_line(decision.reason)}. It did "
+                f"Charter blocked this {tool_name} call: {why}. It did "
                 "not run; do not retry it unchanged: take another approach or ask the user.",
                 auto_approve=auto,
             )
+        state.digests[key] = digest
         if isinstance(decision, Pending):
-            state.asks[key] = self.gate.save_pending(decision)
+            state.asks[key] = self._kept_pending(decision)
             reason = _one_line(decision.request.reason)
             return pre_tool_use(
                 "ask", f"Charter asks for your approval: {reason}", auto_approve=auto
@@ -486,7 +583,7 @@ class _Call:
         if decision.handle is None:
             state.ungoverned[key] = {"reason": reason}
         else:
-            state.intents[key] = self.gate.intent(decision.handle).to_dict()
+            state.intents[key] = self.gate.redacted(self.gate.intent(decision.handle).to_dict())
         warned = decision.result is not None and decision.result.decision.value == "warn"
         warning = None
         if warned:
@@ -499,6 +596,37 @@ class _Call:
         return pre_tool_use(
             "warn" if warned else "allow", f"Charter: {reason}", auto_approve=auto, warning=warning
         )
+
+    def _kept_pending(self, decision: Pending) -> dict[str, Any]:
+        """What the session state keeps of an ask: its wire form, secrets masked."""
+        saved = self.gate.save_pending(decision)
+        saved["step"] = self.gate.redacted(saved["step"])
+        saved["verdict"] = self.gate.redacted({"meta": saved["verdict"]})["meta"]
+        return saved
+
+    def _forget(self, key: str) -> None:
+        """Drop what an earlier PreToolUse of `key` left open: an intent is recorded as
+        abandoned (it never ran as judged), an ask as blocked, an ungoverned note dropped."""
+        state = self.state
+        if key in state.intents:
+            self.gate.abandon(self.gate.reopen(state.intents.pop(key)))
+            state.pending.pop(key, None)
+        if key in state.asks:
+            self.gate.expire(
+                self.gate.load_pending(state.asks.pop(key)),
+                "blocked: the call was sent again with another input, which is judged afresh",
+            )
+        state.ungoverned.pop(key, None)
+        state.digests.pop(key, None)
+
+    def _protected(self, tool_name: str, tool_input: Mapping[str, Any]) -> list[str]:
+        from charter_claude_code._protect import protected_for, touched
+
+        files = [
+            f if os.path.isabs(f) else os.path.join(self.root, f) for f in self.config.policy_files
+        ]
+        protected = protected_for(self.root, files, self.settings.audit_location, self.environ)
+        return touched(tool_name, tool_input, self.cwd, protected, self.environ)
 
     def _repeat(self, tool_name: str, earlier: Any) -> HookAnswer:
         verdict = earlier.meta.get("charter.eval") or {}
@@ -519,6 +647,7 @@ class _Call:
         gate = self.gate
         key = _key(self.event)
         state = self.state
+        judged = state.digests.pop(key, None)
         if key in state.ungoverned:
             del state.ungoverned[key]  # allowed ungoverned (fail_mode open): not recorded
             return silent()
@@ -549,7 +678,7 @@ class _Call:
             # Recorded as abandoned: the turn ended (Stop) while it ran, e.g. in the
             # background. Late, not lost: what it did is recorded as a step of its own.
             handle = gate.adopt(self._step(tool_name, tool_input, unmatched=True), tid)
-        changed = self._input_changed(handle.behavior, tool_input)
+        changed = judged is not None and judged != _digest(tool_input)
         if changed:
             intent = handle.behavior
             props = dict(intent.properties)
@@ -559,8 +688,10 @@ class _Call:
         try:
             self._settle_outcome(handle, how)
         except charter.AuditError as exc:
-            state.intents[key] = handle.behavior.to_dict()
-            state.pending[key] = how
+            state.intents[key] = gate.redacted(handle.behavior.to_dict())
+            state.pending[key] = gate.redacted({"output": how})["output"]
+            if judged is not None:
+                state.digests[key] = judged
             message = (
                 f"Charter could not record the outcome of this {tool_name} call "
                 f"({_one_line(str(exc))}); further tool calls are denied until it is recorded."
@@ -578,13 +709,6 @@ class _Call:
             )
             return notice(self.name, message, context=message)
         return silent()
-
-    def _input_changed(self, intent: Any, tool_input: dict[str, Any]) -> bool:
-        charter = self.charter
-        if intent.input is None:
-            return False
-        ran = charter.capture(tool_input)
-        return bool(charter.canonical_digest(ran) != charter.canonical_digest(intent.input))
 
     def _how(self, failed: bool) -> dict[str, Any]:
         """The outcome the event reports, in the form the session state keeps for a retry."""
@@ -661,6 +785,7 @@ class _Call:
             self.gate.abandon(self.gate.reopen(wire))
             del self.state.intents[key]
         self.state.ungoverned.clear()
+        self._prune_digests()
         return silent()
 
     def _session_end(self) -> HookAnswer:
@@ -670,7 +795,12 @@ class _Call:
         self._settle("blocked: approval was asked and the session ended before the call ran")
         reason = self.event.get("reason")
         self.gate.end_task(tid, output={"reason": reason if isinstance(reason, str) else "exit"})
-        for table in (self.state.intents, self.state.pending, self.state.ungoverned):
+        for table in (
+            self.state.intents,
+            self.state.pending,
+            self.state.ungoverned,
+            self.state.digests,
+        ):
             table.clear()
         return silent()
 
@@ -685,21 +815,30 @@ def open_gate(
 ) -> tuple[Gate, Any, Any]:
     """(Gate, PolicySource, Settings) for one hook call of the project at `root`.
 
-    `templates` loads the Claude Code templates (through the parse cache); a call that maps
-    no tool leaves them out unless a template file is configured. Raises ConfigError (no
-    policies, missing baseline), _Refusal (an audit location that cannot be read back) and
-    whatever Settings and the Gate refuse.
+    With `config.pin` the policy set is the trusted record's (`pinned_source`); without, the
+    files are read live. The self-protection policy is added to either, and enforcement and
+    fail mode come from `config` alone. `templates` loads the Claude Code templates; a call
+    that maps no tool leaves them out unless a template file is configured. Raises
+    ConfigError (no policies, missing baseline), TrustError (a pinned set that cannot be
+    used), _Refusal (an audit location that cannot be read back) and whatever Settings and
+    the Gate refuse.
     """
     import charter
 
+    from charter_claude_code._protect import POLICY
+
     files = tuple(f if os.path.isabs(f) else os.path.join(root, f) for f in config.policy_files)
-    source = policy_source(
-        files,
-        config.baseline,
-        cache_dir / "cache" if config.cache else None,
-        _charter_version(charter.__file__),
-    )
+    record: dict[str, Any] | None = None
+    if config.pin:
+        source, record = pinned_source(config, root, files, cache_dir)
+    else:
+        source = policy_source(files, config.baseline)
     kw: dict[str, Any] = dict(source.keywords)
+    kw["policies"] = [*kw.get("policies", ()), POLICY]
+    # Keywords beat CHARTER_ENFORCEMENT / CHARTER_FAIL_MODE and a manifest's enforcement:
+    # an agent that can edit either must not be able to switch governance off with it.
+    kw["enforcement"] = config.enforcement
+    kw["fail_mode"] = config.fail_mode
     kw["project_root"] = root
     # The next hook process restores from the store: a record still queued in this one
     # when it exits would be missing from the history that process judges.
@@ -714,8 +853,6 @@ def open_gate(
         kw["agent_id"] = config.agent_id
     elif not environ.get("CHARTER_AGENT_ID", "").strip():
         kw["agent_id"] = AGENT_ID
-    if source.monitor and not environ.get("CHARTER_ENFORCEMENT", "").strip():
-        kw["enforcement"] = "monitor"
     settings = charter.Settings.from_sources(env=environ, **kw)
     if settings.audit_location in ("none", "stdout"):
         raise _Refusal(
@@ -726,13 +863,52 @@ def open_gate(
     if templates or settings.template_location:
         from charter_claude_code._mapping import template_set
 
-        cache = cache_dir / "cache" if config.cache else None
-        loaded = template_set(settings.template_location, cache)
+        trusted = record.get("templates") if record is not None and config.cache else None
+        loaded = template_set(settings.template_location, trusted)
     return Gate.from_settings(FRAMEWORK, settings, templates=loaded), source, settings
 
 
-def _charter_version(charter_file: str) -> str:
-    # What decides how a manifest parses: reading package metadata would cost more.
-    from charter_claude_code._mapping import code_stamp
+def pinned_source(
+    config: HookConfig, root: str, files: tuple[str, ...], state_dir: Path
+) -> tuple[PolicySource, dict[str, Any]]:
+    """The policy set pinned as `config.pin`, from its verified copy (or, with none left,
+    from the files when they still hash to the pin). Raises TrustError when neither can be
+    had: every action step is then denied until a person runs ``charter claude trust``."""
+    from charter_claude_code._policies import baseline_file
+    from charter_claude_code._trust import (
+        TrustError,
+        build_record,
+        current_sources,
+        pin_of,
+        read_record,
+        source_names,
+        write_record,
+    )
 
-    return code_stamp(charter_file, "_policy/manifest.py", "_policy/policy.py", "_policy/params.py")
+    pin = str(config.pin)
+    names = source_names(files, root)
+    found = baseline_file(config.baseline) if config.baseline else None
+    now = current_sources(files, names, found, config.baseline)
+    record = read_record(state_dir, pin)
+    if record is None:
+        try:
+            fresh = build_record(
+                files, names, config.baseline, os.environ.get("CHARTER_TEMPLATE_LOCATION")
+            )
+        except TrustError:
+            fresh = None
+        if fresh is None or pin_of(fresh) != pin:
+            raise TrustError(
+                f"the policy set changed since it was trusted (pinned {pin[:19]}…) and no "
+                "verified copy of the trusted set is left, so no tool call can be judged; a "
+                "person must review the policy files and run: charter claude trust"
+            )
+        write_record(state_dir, fresh)
+        record = fresh
+    described = [str(name) for name, _ in record["sources"]]
+    return (
+        PolicySource(
+            {"policies": list(record["policies"])}, True, record["sources"] != now, (*described,)
+        ),
+        record,
+    )

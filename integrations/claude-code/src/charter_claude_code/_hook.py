@@ -11,7 +11,12 @@ Command line (written by ``charter claude install``)::
 
     charter-claude-hook --event PreToolUse --policy /abs/policies.yaml [--baseline NAME]
         [--auto-approve] [--deadline 10] [--project-dir DIR] [--audit LOCATION]
-        [--agent-id ID] [--max-output-chars N] [--no-cache] [--doctor]
+        [--agent-id ID] [--max-output-chars N] [--pin sha256:DIGEST]
+        [--enforcement enforce|monitor] [--fail-mode closed|open] [--no-cache] [--doctor]
+
+``--pin`` is the digest of the trusted policy set; ``--enforcement`` and ``--fail-mode`` are
+the only way to choose monitor mode or fail-open (``CHARTER_ENFORCEMENT`` and
+``CHARTER_FAIL_MODE`` are ignored, and so is a manifest's ``enforcement``).
 
 ``--doctor`` prints the policy and store status as JSON instead of handling an event.
 With ``CHARTER_CLAUDE_TIMINGS=1`` in the environment the hook adds the CPU milliseconds of
@@ -31,7 +36,8 @@ __all__ = ["main", "parse_args"]
 _USAGE = (
     "usage: charter-claude-hook [--event NAME] [--policy FILE]... [--baseline NAME] "
     "[--auto-approve] [--deadline SECONDS] [--project-dir DIR] [--audit LOCATION] "
-    "[--agent-id ID] [--max-output-chars N] [--no-cache] [--doctor]"
+    "[--agent-id ID] [--max-output-chars N] [--pin sha256:DIGEST] [--enforcement enforce|monitor] "
+    "[--fail-mode closed|open] [--no-cache] [--doctor]"
 )
 
 
@@ -65,6 +71,9 @@ def parse_args(argv: Sequence[str]) -> _Args:
             "--audit",
             "--agent-id",
             "--max-output-chars",
+            "--pin",
+            "--enforcement",
+            "--fail-mode",
         )
         if takes_value:
             value = inline if eq else next(it, None)
@@ -90,6 +99,18 @@ def parse_args(argv: Sequence[str]) -> _Args:
                 kw["audit_location"] = value
             elif name == "--agent-id":
                 kw["agent_id"] = value
+            elif name == "--pin":
+                if not value.startswith("sha256:") or len(value) != 71:
+                    raise ValueError(f"--pin {value!r}: reinstall (charter claude install)")
+                kw["pin"] = value
+            elif name == "--enforcement":
+                if value not in ("enforce", "monitor"):
+                    raise ValueError(f"--enforcement {value!r}: use enforce or monitor")
+                kw["enforcement"] = value
+            elif name == "--fail-mode":
+                if value not in ("closed", "open"):
+                    raise ValueError(f"--fail-mode {value!r}: use closed or open")
+                kw["fail_mode"] = value
             else:
                 if not value.isdigit() or int(value) < 1:
                     raise ValueError(f"--max-output-chars {value!r}: give a positive number")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -68,39 +69,25 @@ def code_stamp(package_file: str, *names: str) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def template_set(location: str | None, cache_dir: Path | None) -> Any:
+def template_set(location: str | None, trusted: Mapping[str, Any] | None = None) -> Any:
     """The Claude Code templates (built-in, merged with the user file at `location`).
 
-    Parsing the template YAML is a large share of a hook call, and every call is a new
-    process, so the parsed set is kept as a pickle under `cache_dir`, keyed by the templates
-    package's files and the user file's content. Loading a pickle from the project trusts
-    that folder exactly as much as the interpreter already trusts its own site-packages:
-    both are writable by the same user, and neither by anything Charter gates less.
-    Raises TemplateError for a user file that cannot be used.
+    `trusted` is the template part of the verified trusted record (`_trust.template_part`):
+    when its sources still hash as recorded, the set is built from its documents (plain
+    data, no YAML parser); otherwise from the files. Nothing is ever unpickled or taken
+    from a file the record does not vouch for. Raises TemplateError for a user file that
+    cannot be used.
     """
-    import pickle
-
     import charter_templates
 
-    key = code_stamp(charter_templates.__file__, "*.py", "data/*.yaml")
-    if location:
-        data = Path(location).read_bytes() if os.path.exists(location) else b""
-        key = hashlib.sha256(f"{key}:{location}:".encode() + data).hexdigest()[:32]
-    cache = cache_dir / f"templates-{key}.pickle" if cache_dir is not None else None
-    if cache is not None:
-        try:
-            found = pickle.loads(cache.read_bytes())
-        except Exception:
-            found = None
-        if isinstance(found, charter_templates.TemplateSet):
-            return found
-    templates = charter_templates.load_templates(location)
-    if cache is not None:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(pickle.dumps(templates, protocol=pickle.HIGHEST_PROTOCOL))
-            os.replace(tmp, cache)
-        except Exception:  # only a speed-up; the next call tries again
-            pass
-    return templates
+    if trusted is not None:
+        from charter_claude_code._trust import template_sources_now
+
+        if trusted.get("sources") == template_sources_now(location):
+            try:
+                return charter_templates.templates_from_documents(
+                    trusted["documents"], trusted.get("user")
+                )
+            except (charter_templates.TemplateError, KeyError, TypeError, ValueError):
+                pass  # a record Charter wrote that no longer builds: read the files instead
+    return charter_templates.load_templates(location)

@@ -123,6 +123,11 @@ class SessionState:
     (``{"how": ok|failed|abandoned, "output"?, "error"?}``; the intent stays in `intents`).
     `ungoverned`: tool_use_id -> why a call runs without being judged (fail_mode open and
     Charter could not decide): nothing is recorded for it.
+    `digests`: tool_use_id -> the digest of the input it was judged with: a PreToolUse
+    repeating the id reuses the decision only for the same input, and a PostToolUse whose
+    input differs is recorded with input_changed.
+    Nothing here holds a secret: inputs and outputs are kept with secrets masked
+    (`charter.integration.Gate.redacted`), the way the store keeps them.
     `head`: the highest seq of the task this session has seen stored; a store holding less
     was deleted or replaced, and the session's history with it.
     """
@@ -136,6 +141,7 @@ class SessionState:
     asks: dict[str, dict[str, Any]] = field(default_factory=dict)
     pending: dict[str, dict[str, Any]] = field(default_factory=dict)
     ungoverned: dict[str, dict[str, Any]] = field(default_factory=dict)
+    digests: dict[str, str] = field(default_factory=dict)
     _loaded: str = ""
 
     @classmethod
@@ -164,6 +170,7 @@ class SessionState:
                 asks=_table(data.get("asks")),
                 pending=_table(data.get("pending")),
                 ungoverned=_table(data.get("ungoverned")),
+                digests=_texts(data.get("digests")),
             )
         except (ValueError, TypeError) as exc:
             raise StateError(
@@ -185,6 +192,7 @@ class SessionState:
                 "asks": self.asks,
                 "pending": self.pending,
                 "ungoverned": self.ungoverned,
+                "digests": self.digests,
             },
             ensure_ascii=False,
             sort_keys=True,
@@ -217,4 +225,14 @@ def _table(value: object) -> dict[str, dict[str, Any]]:
         isinstance(k, str) and isinstance(v, dict) for k, v in value.items()
     ):
         raise TypeError("expected an object of objects")
+    return value
+
+
+def _texts(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise TypeError("expected an object of strings")
     return value

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ._load import default_templates, load_templates
+from ._load import (
+    builtin_sources,
+    default_templates,
+    load_templates,
+    template_documents,
+    templates_from_documents,
+)
 from ._model import EFFECT_CLASSES, Resolution, TemplateError
 from ._resolve import TemplateSet
 
@@ -19,8 +25,11 @@ __all__ = [
     "Resolution",
     "TemplateError",
     "TemplateSet",
+    "builtin_sources",
     "load_templates",
     "resolve",
+    "template_documents",
+    "templates_from_documents",
 ]
 
 

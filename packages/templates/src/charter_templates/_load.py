@@ -9,7 +9,7 @@ import difflib
 import functools
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -428,10 +428,15 @@ def _loader() -> type[yaml.SafeLoader]:
 
 
 def _parse(text: str, file: str) -> list[_Doc]:
+    return _checked(_documents(text, file), file)
+
+
+def _documents(text: str, file: str) -> list[Any]:
+    """The YAML documents of a template file as plain data (mappings, lists, scalars)."""
     import yaml
 
     try:
-        raw = [d for d in yaml.load_all(text, Loader=_loader()) if d is not None]
+        return [d for d in yaml.load_all(text, Loader=_loader()) if d is not None]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else None
@@ -441,6 +446,9 @@ def _parse(text: str, file: str) -> list[_Doc]:
             file=file,
             where=where,
         ) from exc
+
+
+def _checked(raw: list[Any], file: str) -> list[_Doc]:
     if not raw:
         raise TemplateError(
             f"{file}: the file holds no template; start it with e.g. integration: claude_code",
@@ -535,23 +543,29 @@ def _build_set(
     return TemplateSet(templates, vocabulary)
 
 
-def _read_builtin() -> list[_Doc]:
+def builtin_sources() -> list[tuple[str, str]]:
+    """(name, text) of every built-in template file, in load order."""
     from importlib.resources import files
 
     folder = files(__package__ or "charter_templates").joinpath("data")
+    return [
+        (f"charter_templates/data/{item.name}", item.read_text(encoding="utf-8"))
+        for item in sorted(folder.iterdir(), key=lambda entry: entry.name)
+        if item.name.endswith(".yaml")
+    ]
+
+
+def template_documents(sources: Iterable[tuple[str, str]]) -> list[list[Any]]:
+    """[name, documents] per (name, text) source: the YAML read as plain data, which
+    `templates_from_documents` builds a set from without YAML (for a JSON cache). Raises
+    TemplateError for YAML that does not parse."""
+    return [[name, _documents(text, name)] for name, text in sources]
+
+
+def _from_builtin(parsed: Iterable[tuple[str, list[Any]]]) -> TemplateSet:
     docs: list[_Doc] = []
-    for item in sorted(folder.iterdir(), key=lambda entry: entry.name):
-        if item.name.endswith(".yaml"):
-            docs.extend(
-                _parse(item.read_text(encoding="utf-8"), f"charter_templates/data/{item.name}")
-            )
-    return docs
-
-
-@functools.cache
-def default_templates() -> TemplateSet:
-    """The built-in templates, parsed once per process."""
-    docs = _read_builtin()
+    for name, raw in parsed:
+        docs.extend(_checked(list(raw), name))
     templates: dict[str, Template] = {}
     for doc in docs:
         templates[doc.template.integration] = _merge(templates.get(doc.template.integration), doc)
@@ -561,6 +575,24 @@ def default_templates() -> TemplateSet:
             "verbs", "the built-in generic template must list words for every verb", "add them"
         )
     return _build_set(templates, vocabulary, "charter_templates/data")
+
+
+@functools.cache
+def default_templates() -> TemplateSet:
+    """The built-in templates, parsed once per process."""
+    return _from_builtin((name, _documents(text, name)) for name, text in builtin_sources())
+
+
+def templates_from_documents(
+    builtin: Iterable[Sequence[Any]], user: Sequence[Any] | None = None
+) -> TemplateSet:
+    """The set `load_templates` builds, from `template_documents` output: `builtin` for the
+    built-in files, `user` ([name, documents]) for a user file. Checks everything
+    `load_templates` checks; raises TemplateError where it would."""
+    base = _from_builtin((str(name), list(raw)) for name, raw in builtin)
+    if user is None:
+        return base
+    return _merged(base, _checked(list(user[1]), str(user[0])), str(user[0]))
 
 
 def load_templates(path: str | os.PathLike[str] | None = None) -> TemplateSet:
@@ -585,7 +617,10 @@ def load_templates(path: str | os.PathLike[str] | None = None) -> TemplateSet:
             f"{file}: cannot be read ({reason}); check the path and that it is UTF-8 text",
             file=file,
         ) from exc
-    docs = _parse(text, file)
+    return _merged(base, _parse(text, file), file)
+
+
+def _merged(base: TemplateSet, docs: list[_Doc], file: str) -> TemplateSet:
     templates = dict(base._templates)
     for doc in docs:
         templates[doc.template.integration] = _merge(templates.get(doc.template.integration), doc)

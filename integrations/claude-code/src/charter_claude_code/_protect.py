@@ -1,0 +1,186 @@
+"""Self-protection: the tool calls that would change what governs the agent are refused.
+
+The governed agent runs with the same privileges as its hook, so anything Charter reads to
+decide (the policy files, ``.claude/settings*.json`` with the hook command, ``.charter/``
+with the trail, the trusted policy copy and the session state, the hook's own code) is a
+file the agent could rewrite. An always-on policy (`POLICY`, added to every policy set the
+hook judges with) refuses every step whose ``properties.claude.protected`` names such a
+path; `touched` computes that list for Write, Edit, MultiEdit, NotebookEdit and Bash.
+
+Paths are resolved through symlinks. Bash is judged conservatively on its text: every word
+after quote removal (and ``~`` / ``$HOME`` / ``$CLAUDE_PROJECT_DIR`` / ``$PWD`` expansion,
+globs expanded against the filesystem), and the parts of a word after ``=`` or ``:``, is
+taken as a path; one that is, or lies inside, a protected path is refused. A command that
+builds a path at run time (``$(...)``, a script it wrote, an interpreter's own string
+handling) is beyond any reading of its text: `charter claude install`'s pins and the trail
+anchor (see `_trust`) catch what such a command could change.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import glob
+import os
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["POLICY", "POLICY_NAME", "Protected", "protected_for", "touched"]
+
+POLICY_NAME = "charter-self-protection"
+POLICY: dict[str, Any] = {
+    "name": POLICY_NAME,
+    "description": (
+        "The agent must not change what governs it: the policy files, the Claude Code "
+        "settings holding the hook, Charter's .charter/ folder (trail, trusted policy copy, "
+        "session state) and the hook's own code."
+    ),
+    "rule_type": "field_matches",
+    "severity": "critical",
+    "match": {"kinds": ["step.exec", "step.resource"]},
+    "params": {"field": "properties.claude.protected", "pattern": ".", "if_missing": "comply"},
+}
+
+_FILE_TOOLS = {
+    "Write": "file_path",
+    "Edit": "file_path",
+    "MultiEdit": "file_path",
+    "NotebookEdit": "notebook_path",
+}
+_SETTINGS = "settings*.json"
+_GLOB_LIMIT = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Protected:
+    """Real paths that are protected: `files` exactly, `trees` with everything inside, and
+    `settings_dirs` whose ``settings*.json`` files (and the folder itself) are."""
+
+    files: frozenset[str]
+    trees: frozenset[str]
+    settings_dirs: frozenset[str]
+
+    def covers(self, real: str) -> bool:
+        if real in self.files or real in self.settings_dirs:
+            return True
+        if any(real == t or real.startswith(t.rstrip(os.sep) + os.sep) for t in self.trees):
+            return True
+        parent, name = os.path.split(real)
+        return parent in self.settings_dirs and fnmatch.fnmatch(name, _SETTINGS)
+
+
+def _real(path: str) -> str:
+    return os.path.realpath(path)
+
+
+def protected_for(
+    root: str,
+    policy_files: Iterable[str],
+    audit_location: str,
+    environ: Mapping[str, str],
+) -> Protected:
+    """What the hook of the project `root` protects (all as real paths)."""
+    import charter
+
+    import charter_claude_code
+
+    files = {_real(f) for f in policy_files}
+    trees = {
+        _real(os.path.join(root, ".charter")),
+        os.path.dirname(_real(charter_claude_code.__file__)),
+        os.path.dirname(_real(charter.__file__)),
+    }
+    settings = {_real(os.path.join(root, ".claude"))}
+    home = environ.get("HOME") or os.path.expanduser("~")
+    if home and home != "~":
+        settings.add(_real(os.path.join(home, ".claude")))
+        trees.add(_real(os.path.join(home, ".charter")))
+    if audit_location.startswith(("sqlite:///", "jsonl:///")):
+        store = _real(audit_location.split(":///", 1)[1])
+        files.update({store, store + "-wal", store + "-shm", store + "-journal"})
+    import sys
+
+    for script in ("charter-claude-hook", "charter-claude"):
+        files.add(_real(os.path.join(os.path.dirname(sys.executable), script)))
+    return Protected(frozenset(files), frozenset(trees), frozenset(settings))
+
+
+def _expand(word: str, cwd: str, environ: Mapping[str, str]) -> str:
+    home = environ.get("HOME") or ""
+    if word == "~" or word.startswith("~/"):
+        word = home + word[1:]
+    for name in ("HOME", "CLAUDE_PROJECT_DIR", "PWD"):
+        value = cwd if name == "PWD" else environ.get(name, "")
+        if value:
+            word = word.replace("${" + name + "}", value).replace("$" + name, value)
+    return word
+
+
+def _words(command: str) -> list[str]:
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=";&|<>()")
+    lexer.whitespace_split = True
+    lexer.commenters = ""
+    try:
+        return list(lexer)
+    except ValueError:
+        # Unbalanced quotes: the shell would refuse it too, but judge every fragment anyway.
+        return command.replace('"', " ").replace("'", " ").split()
+
+
+def _candidates(word: str) -> list[str]:
+    out = [word]
+    for sep in ("=", ":"):
+        for w in list(out):
+            if sep in w:
+                out.extend(part for part in w.split(sep) if part)
+    return out
+
+
+def _hits(paths: Iterable[str], cwd: str, protected: Protected) -> list[str]:
+    found: list[str] = []
+    for path in paths:
+        if not path or (path.startswith("-") and "/" not in path):
+            continue
+        full = path if os.path.isabs(path) else os.path.join(cwd, path)
+        options = [full]
+        if any(c in path for c in "*?["):
+            options += glob.glob(full, recursive=False)[:_GLOB_LIMIT]
+            options += glob.glob(full, include_hidden=True)[:_GLOB_LIMIT]
+        for option in options:
+            real = _real(option)
+            if protected.covers(real) and real not in found:
+                found.append(real)
+    return found
+
+
+def touched(
+    tool_name: str,
+    tool_input: Mapping[str, Any],
+    cwd: str,
+    protected: Protected,
+    environ: Mapping[str, str],
+) -> list[str]:
+    """The protected real paths a tool call would touch (empty when none, or not a file
+    writing tool nor Bash). Never raises on odd input."""
+    if tool_name in _FILE_TOOLS:
+        value = tool_input.get(_FILE_TOOLS[tool_name])
+        if not isinstance(value, str) or not value:
+            return []
+        return _hits([_expand(value, cwd, environ)], cwd, protected)
+    if tool_name != "Bash":
+        return []
+    command = tool_input.get("command")
+    if not isinstance(command, str):
+        return []
+    paths: list[str] = []
+    for word in _words(command):
+        for part in _candidates(_expand(word, cwd, environ)):
+            paths.append(part)
+    return _hits(paths, cwd, protected)
+
+
+def describe(paths: Sequence[str]) -> str:
+    """The protected paths for a reason line (a few, then a count)."""
+    shown = ", ".join(paths[:3])
+    return shown + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
