@@ -164,6 +164,13 @@ def test_the_environment_cannot_switch_it_off(installed, variables):
     _still_governed(installed)
 
 
+def test_templates_are_pinned_too(installed, tmp_path):
+    remap = tmp_path / "templates.yaml"
+    remap.write_text("integration: claude_code\ntools:\n  Bash: {kind: step.unknown}\n")
+    installed.env["CHARTER_TEMPLATE_LOCATION"] = str(remap)  # Bash would no longer be exec
+    _still_governed(installed)
+
+
 def test_the_settings_file_cannot_be_edited(installed):
     settings = str(installed.settings)
     for tool, tool_input in [

@@ -73,21 +73,19 @@ def template_set(location: str | None, trusted: Mapping[str, Any] | None = None)
     """The Claude Code templates (built-in, merged with the user file at `location`).
 
     `trusted` is the template part of the verified trusted record (`_trust.template_part`):
-    when its sources still hash as recorded, the set is built from its documents (plain
-    data, no YAML parser); otherwise from the files. Nothing is ever unpickled or taken
-    from a file the record does not vouch for. Raises TemplateError for a user file that
-    cannot be used.
+    the set is then built from its documents (plain data, no YAML parser), pinned like the
+    policies: an edited template file (in the project or in site-packages) does not change
+    how tool calls map until a person runs ``charter claude trust``. Nothing is ever
+    unpickled or read from a file the pin does not vouch for. Without `trusted` (no pin),
+    the files are read. Raises TemplateError for a user file that cannot be used.
     """
     import charter_templates
 
     if trusted is not None:
-        from charter_claude_code._trust import template_sources_now
-
-        if trusted.get("sources") == template_sources_now(location):
-            try:
-                return charter_templates.templates_from_documents(
-                    trusted["documents"], trusted.get("user")
-                )
-            except (charter_templates.TemplateError, KeyError, TypeError, ValueError):
-                pass  # a record Charter wrote that no longer builds: read the files instead
+        try:
+            return charter_templates.templates_from_documents(
+                trusted["documents"], trusted.get("user")
+            )
+        except (charter_templates.TemplateError, KeyError, TypeError, ValueError):
+            pass  # a record an older Charter wrote that no longer builds: read the files
     return charter_templates.load_templates(location)

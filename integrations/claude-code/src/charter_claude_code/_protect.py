@@ -81,16 +81,15 @@ def protected_for(
     environ: Mapping[str, str],
 ) -> Protected:
     """What the hook of the project `root` protects (all as real paths)."""
-    import charter
-
-    import charter_claude_code
+    import importlib.util
 
     files = {_real(f) for f in policy_files}
-    trees = {
-        _real(os.path.join(root, ".charter")),
-        os.path.dirname(_real(charter_claude_code.__file__)),
-        os.path.dirname(_real(charter.__file__)),
-    }
+    trees = {_real(os.path.join(root, ".charter"))}
+    # The code and data that decide: the hook, Charter, the templates and the baselines.
+    for package in ("charter_claude_code", "charter", "charter_templates", "charter_baseline"):
+        spec = importlib.util.find_spec(package)
+        if spec is not None and spec.origin:
+            trees.add(os.path.dirname(_real(spec.origin)))
     settings = {_real(os.path.join(root, ".claude"))}
     home = environ.get("HOME") or os.path.expanduser("~")
     if home and home != "~":

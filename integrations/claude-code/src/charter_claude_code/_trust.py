@@ -245,10 +245,16 @@ def has_anchor(gate: Any) -> bool:
 
 def write_anchor(gate: Any, pin: str, root: str, environ: Mapping[str, str]) -> None:
     """Record the anchor task in the gate's store (unless there) and the marker."""
+    from charter.integration import Blocked
+
     tid = ANCHOR_TASK
     if gate.resume_task(tid) != "ended":
-        gate.start_task(tid, name=ANCHOR_NAME, input={"pin": pin, "project": root})
+        started = gate.start_task(tid, name=ANCHOR_NAME, input={"pin": pin, "project": root})
+        if isinstance(started, Blocked):
+            raise TrustError(f"the audit store could not record the trail anchor: {started.reason}")
         gate.end_task(tid, output={"pin": pin})
+        if not has_anchor(gate):
+            raise TrustError("the audit store did not keep the trail anchor; check it")
     marker = anchor_marker(root, environ)
     if marker is not None:
         marker.parent.mkdir(parents=True, exist_ok=True)
