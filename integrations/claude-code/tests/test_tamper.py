@@ -145,7 +145,9 @@ def test_a_planted_pickle_is_never_loaded(installed):
         def __reduce__(self) -> Any:
             return (os.system, (f"touch {marker}",))
 
-    for name in ("templates-0.pickle", "templates-" + "0" * 32 + ".pickle"):
+    installed.pre("Bash", {"command": "true"})  # any cache the hook keeps exists now
+    names = {p.name for p in cache.glob("templates-*")} | {"templates-" + "0" * 32 + ".pickle"}
+    for name in names:
         (cache / name).write_bytes(pickle.dumps(Planted()))
     _still_governed(installed)
     assert installed.pre("Bash", {"command": "ls"}).permission != "deny"
@@ -171,7 +173,15 @@ def test_templates_are_pinned_too(installed, tmp_path):
     _still_governed(installed)
 
 
-def test_the_settings_file_cannot_be_edited(installed):
+def test_the_settings_file_cannot_be_edited(project, hook_env, tmp_path):
+    # Whatever the user's policies say (here: one rule, nothing about Charter's files).
+    mine = tmp_path / "one-rule.yaml"
+    mine.write_text(
+        "name: one\nversion: 1\npolicies:\n  - name: no-destructive-shell\n"
+        "    rule_type: field_matches\n    severity: critical\n    match: {kinds: [step.exec]}\n"
+        "    params: {field: input.command, pattern: 'mkfs'}\n"
+    )
+    installed = Installed(project, hook_env, mine)
     settings = str(installed.settings)
     for tool, tool_input in [
         ("Write", {"file_path": settings, "content": "{}"}),
