@@ -6,7 +6,9 @@
 Prints p50/p95 wall time of:
 - ``python -c pass`` and ``python -c "import charter"`` (the floor this process shares),
 - ``charter-claude-hook`` answering PreToolUse (allowed and denied calls) on a session whose
-  recorded history is `depth` steps deep, with and without the parse cache,
+  recorded history is `depth` steps deep, pinned as `charter claude install` writes it (the
+  policies and templates come from the verified trusted record, no YAML parsed) and unpinned
+  (the manifest and the templates parsed on every call),
 - ``charter-claude-hook`` answering PreToolUse with a `large-chars` tool input, after a
   UserPromptSubmit of a `large-chars` prompt (one long token, the provenance index's worst
   case), each a fresh session (0 skips it),
@@ -166,9 +168,12 @@ def main() -> None:
             run_env = dict(env, CLAUDE_PROJECT_DIR=str(project), CHARTER_CLAUDE_TIMINGS="1")
             argv = [HOOK, "--event", "PreToolUse", "--policy", str(POLICY)]
             post_argv = [HOOK, "--event", "PostToolUse", "--policy", str(POLICY)]
-            if not cache:
-                argv.append("--no-cache")
-                post_argv.append("--no-cache")
+            if cache:
+                from charter_claude_code._install import PinOptions, pin_governance
+
+                pin = pin_governance(PinOptions((str(POLICY),), None, str(project)), run_env)
+                argv += ["--pin", pin]
+                post_argv += ["--pin", pin]
             _time(argv, run_env, _event(project, session, "PreToolUse", "warm", "ls"))
             allowed: list[Sample] = []
             denied: list[Sample] = []
@@ -205,7 +210,7 @@ def main() -> None:
                 if b'"deny"' not in out:
                     raise SystemExit(f"expected a deny, got {out!r}")
                 denied.append(took)
-            label = f"depth {depth}, {'cache' if cache else 'no cache (YAML parsed per call)'}"
+            label = f"depth {depth}, {'pinned' if cache else 'unpinned (YAML parsed per call)'}"
             print(f"hook PreToolUse, {label}:")
             print(_line("allowed (no opinion) + intent saved", allowed))
             print(_line("denied (block recorded, sync commit)", denied))
