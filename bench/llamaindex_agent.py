@@ -130,6 +130,54 @@ def bench(steps: int, runs: int, folder: Path) -> None:
         print(f"  {m:<13} {w * 1e3:9.1f} ms   {r:5.2f}x {per_step:>30}")
 
 
+def gate_cost(folder: Path, n: int = 400) -> tuple[float, float]:
+    """Microseconds Charter spends per tool step and per model step of such a run: the
+    translation, the decision and the outcome record, timed alone (no LlamaIndex around
+    them), on the same policies and a buffered SQLite trail."""
+    from charter_llamaindex import _translate as tr
+    from llama_index.core.llms import ChatMessage
+
+    governance = charter_llamaindex.govern(
+        build(1, "ungoverned"),
+        policies=POLICIES,
+        agent_id="bench-gate",
+        audit_location=f"sqlite:///{folder}/gate.db",
+    )
+    gate = governance.gate
+    task = gate.start_task(None, name="gate cost")
+    assert isinstance(task, str)
+    tool = FunctionTool.from_defaults(get_weather)
+    llm = governance.target.llm
+    messages = [ChatMessage(role="user", content="Weather everywhere.")]
+    response = type("R", (), {"message": ChatMessage(role="assistant", content="ok")})()
+
+    async def tools() -> float:
+        start = time.perf_counter()
+        for i in range(n):
+            step = tr.tool_step(gate, tool, {"city": f"city-{i}"}, f"call-{i}", {"agent": "a"})
+            decision = await gate.adecide(step, task)
+            await gate.acomplete(decision.handle, {"content": "sunny"})
+        return (time.perf_counter() - start) / n * 1e6
+
+    async def models() -> float:
+        start = time.perf_counter()
+        for _ in range(n):
+            step = tr.model_step(gate, llm, type(llm), messages, {"tools": [tool]}, {})
+            decision = await gate.adecide(step, task)
+            await gate.acomplete(
+                decision.handle,
+                tr.response_output(response),
+                properties=tr.response_properties(response),
+            )
+        return (time.perf_counter() - start) / n * 1e6
+
+    try:
+        return asyncio.run(tools()), asyncio.run(models())
+    finally:
+        gate.end_task(task)
+        governance.uninstall()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20, help="tool-calling turns per run")
@@ -138,6 +186,8 @@ def main() -> None:
     print(f"{len(POLICIES)} policies, buffered SQLite audit, LlamaIndex scripted offline")
     with tempfile.TemporaryDirectory() as tmp:
         bench(args.steps, args.runs, Path(tmp))
+        per_tool, per_model = gate_cost(Path(tmp))
+    print(f"Charter alone: {per_tool:.0f} us per tool step, {per_model:.0f} us per model step")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 import charter
 import charter_crewai
 import charter_langgraph
+import charter_llamaindex
 import pytest
 from charter.testing import charter_internal_errors  # noqa: F401  (autouse)
 from charter_langchain import CharterCallbackHandler, CharterMiddleware
@@ -35,6 +36,13 @@ def _crew() -> Any:
     return Crew(agents=[agent], tasks=[Task(description="d", expected_output="e", agent=agent)])
 
 
+def _agent() -> Any:
+    from llama_index.core.agent.workflow import FunctionAgent
+    from llama_index.core.llms.mock import MockFunctionCallingLLM
+
+    return FunctionAgent(tools=[], llm=MockFunctionCallingLLM())
+
+
 BUILDERS: dict[str, Callable[..., Any]] = {
     "Governor": lambda **kw: charter.Governor(**kw),
     "Gate": lambda **kw: charter.integration.Gate("test", **kw),
@@ -42,6 +50,8 @@ BUILDERS: dict[str, Callable[..., Any]] = {
     "CharterMiddleware": lambda **kw: CharterMiddleware(**kw),
     "charter_langgraph.govern": lambda **kw: charter_langgraph.govern(_graph(), **kw),
     "charter_crewai.govern": lambda **kw: charter_crewai.govern(_crew(), **kw),
+    "charter_llamaindex.govern": lambda **kw: charter_llamaindex.govern(_agent(), **kw),
+    "charter_llamaindex.govern_tools": lambda **kw: charter_llamaindex.govern_tools([], **kw),
 }
 
 

@@ -97,3 +97,26 @@ def test_a_react_agent_is_governed_the_same_way(governor) -> None:
     assert "sunny" in str(result) and ran == ["Oslo"]
     kinds = [r["kind"] for r in steps(trail(gov))]
     assert kinds == ["step.message", "step.model", "step.resource", "step.model"]
+
+
+@pytest.mark.allow_internal_errors
+@pytest.mark.parametrize("fail_mode", ["closed", "open"])
+def test_a_model_call_charter_cannot_describe_follows_the_fail_mode(
+    governor, monkeypatch, fail_mode
+) -> None:
+    import charter_llamaindex._translate as translate
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(translate, "model_step", broken)
+    llm = ScriptedLLM(["hello"])
+    agent = FunctionAgent(tools=[], llm=llm)
+    gov = governor([], fail_mode=fail_mode)
+    with govern(agent, governor=gov):
+        if fail_mode == "closed":
+            with pytest.raises(charter.BlockedError, match="could not judge"):
+                run(lambda: agent.run(user_msg="hi"))
+            assert llm.calls == []
+        else:
+            assert str(run(lambda: agent.run(user_msg="hi"))) == "hello"

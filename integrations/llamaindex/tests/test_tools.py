@@ -241,3 +241,23 @@ def test_govern_refuses_what_it_cannot_govern(governor) -> None:
         govern(object(), governor=governor())
     with pytest.raises(TypeError, match="list of tools"):
         govern_tools("read_file", governor=governor())
+
+
+def test_a_tool_that_raises_is_recorded_failed_and_the_model_reads_the_error(governor) -> None:
+    def fetch_report(name: str) -> str:
+        """Fetch a report."""
+        raise FileNotFoundError(f"no report called {name}")
+
+    gov = governor([])
+    agent, llm = _agent(
+        [tool_call("fetch_report", {"name": "q3"}), "there is no such report"],
+        [FunctionTool.from_defaults(fetch_report)],
+    )
+    with govern(agent, governor=gov):
+        result = run(lambda: agent.run(user_msg="get q3"))
+    assert str(result) == "there is no such report"
+    record = next(r for r in steps(trail(gov)) if r["step_name"] == "fetch_report")
+    assert record["meta"]["charter.outcome"] == "failed"
+    assert "no report called q3" in str(record["output"])
+    tool_reply = next(m for m in llm.calls[-1] if m.role == "tool")
+    assert "no report called q3" in str(tool_reply.content)

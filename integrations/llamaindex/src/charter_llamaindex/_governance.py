@@ -208,9 +208,15 @@ def _model_gate(
     if run is None:
         return None
     cls = _base(llm)
-    agent = li.agent_name_now()
-    ids = {"run_id": run.run_id, "workflow": run.name, "agent": agent}
-    step = tr.model_step(run.governance.gate, llm, cls, messages, kwargs, ids)
+    try:
+        ids = {"run_id": run.run_id, "workflow": run.name, "agent": li.agent_name_now()}
+        step = tr.model_step(run.governance.gate, llm, cls, messages, kwargs, ids)
+    except Exception as exc:
+        # The call could not be described, so it cannot be judged: the one fail-mode rule.
+        decided = run.governance.gate.undecided(Step("step.model", None, cls.__name__), exc)
+        if isinstance(decided, Blocked):
+            raise decided.error() from None
+        return None
     return run, step
 
 
