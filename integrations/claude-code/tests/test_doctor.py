@@ -76,3 +76,23 @@ def test_disabled_hooks_fail(project, policy, hook_env):
     settings.write_text(json.dumps(data))
     code, text = _doctor(project, settings, hook_env)
     assert code == 1 and "disableAllHooks is true" in text
+
+
+def test_doctor_json_lists_every_check_and_exits_like_the_text(project, policy, hook_env):
+    settings = project / ".claude" / "settings.json"
+    install_hooks(settings, policy_files=[policy])
+    args = ["doctor", "--json", "--project-dir", str(project), "--settings-file", str(settings)]
+    good = CliRunner().invoke(claude_cli, args, env=hook_env)
+    report = json.loads(good.output)
+    assert good.exit_code == 0 and report["ok"] is True
+    checks = {c["check"]: c for c in report["checks"]}
+    assert checks["hook PreToolUse"]["status"] == "ok"
+    data = json.loads(settings.read_text())
+    del data["hooks"]["PostToolUse"]
+    settings.write_text(json.dumps(data))
+    bad = CliRunner().invoke(claude_cli, args, env=hook_env)
+    report = json.loads(bad.output)
+    assert bad.exit_code == 1 and report["ok"] is False
+    failed = [c for c in report["checks"] if c["status"] == "FAIL"]
+    assert [c["check"] for c in failed] == ["hook PostToolUse"]
+    assert failed[0]["detail"].startswith("not registered")

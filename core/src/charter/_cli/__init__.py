@@ -1,10 +1,11 @@
 """The `charter` command: check, explain and test policies; read, verify and replay audit trails.
 
-Exit codes, for every command except `explain`: 0 success; 1 the command ran and found a
-problem (an invalid manifest, a broken chain, a failing policy test, an unhealthy status,
-replayed decisions that changed under ``--fail-on-change``); 2 it could not run (a usage
-error, a file or store that is missing or unreadable). `explain` exits 0 for allow/warn,
-2 for ask, 3 for block and 1 when its inputs cannot be read.
+Exit codes (the README has the table): 0 success; 1 the command ran and found a problem (an
+invalid manifest, a broken chain, a failing policy test, an unhealthy status, replayed
+decisions that changed under ``--fail-on-change``, a warning under ``check --strict``); 2 it
+could not run (a usage error, as click reports it, or a file or store that is missing or
+unreadable). `explain` exits 0 for allow and warn, 3 for block, 4 for ask, and 1 when its
+manifest or behavior is invalid. No command uses 2 for anything but "could not run".
 
 Subcommand groups from other distributions (``charter claude`` from charter-claude-code,
 ``charter baseline`` from charter-baseline) are found through the ``charter.cli`` entry point
@@ -37,6 +38,8 @@ __all__ = ["main"]
 EXIT_OK = 0
 EXIT_FOUND = 1
 EXIT_CANNOT_RUN = 2
+EXIT_BLOCK = 3
+EXIT_ASK = 4
 PLUGIN_GROUP = "charter.cli"
 _STORE_HELP = (
     "Audit store: sqlite:///PATH, jsonl:///PATH, or a .db/.jsonl path "
@@ -57,6 +60,45 @@ def _console(stderr: bool = False) -> Console:
 def _fail(message: str, code: int = EXIT_CANNOT_RUN) -> NoReturn:
     _console(stderr=True).print(message, markup=False)
     raise SystemExit(code)
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str))
+
+
+def _print_table(
+    title: str | None,
+    headers: list[str],
+    rows: list[list[str]],
+    *,
+    numeric: tuple[str, ...] = (),
+    styles: list[str] | None = None,
+    wrap: tuple[str, ...] = (),
+) -> None:
+    """A table: rich's boxes on a terminal, plain aligned columns when piped or redirected.
+
+    `styles` gives each row a rich style on a terminal (ignored in plain text); columns in
+    `wrap` may fold on a terminal, all others never do.
+    """
+    from charter._cli._common import plain_table
+
+    if not sys.stdout.isatty():
+        if title:
+            click.echo(title)
+        click.echo(plain_table(headers, rows, numeric))
+        return
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(title=Text(title) if title else None, title_justify="left")
+    for column in headers:
+        table.add_column(
+            column, no_wrap=column not in wrap, justify="right" if column in numeric else "left"
+        )
+    for index, row in enumerate(rows):
+        style = styles[index] if styles else ""
+        table.add_row(*(Text(cell) for cell in row), style=style or None)
+    _console().print(table)
 
 
 # -- plugins ---------------------------------------------------------------------------------
@@ -225,18 +267,52 @@ def _short(value: Any, limit: int = 60) -> str:
 
 @main.command()
 @click.argument("files", nargs=-1, required=True)
-def check(files: tuple[str, ...]) -> None:
-    """Validate policy manifests; print every error with file, policy, rule and key.
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--strict", is_flag=True, help="Exit 1 on warnings too.")
+def check(files: tuple[str, ...], as_json: bool, strict: bool) -> None:
+    """Validate policy manifests; print every error with file, policy, rule and key, and warn
+    about policies that load but do not do what they seem to.
 
-    FILES are YAML manifests (or baseline:NAME). Exits 1 when any file has an error.
+    FILES are YAML manifests (or baseline:NAME). Warnings: a counting rule (max_steps,
+    rate_limit, budget) whose `match` narrows while `params.select` is missing (it then counts
+    every step); a policy that can never match (a verb no matched kind takes, or step names
+    that no template maps to the matched kinds); a step-name glob that no template, tool or
+    manifest declares. Exits 1 when any file has an error (or, with --strict, a warning).
     """
     from rich.markup import escape
 
+    from charter._cli.lint import policy_warnings
     from charter._policy.manifest import read_manifests
 
+    results = read_manifests(_policy_paths(files))
+    declared = [p for r in results if r.valid for p in r.policies]
+    warned = {id(r): policy_warnings(r.policies, declared) if r.valid else [] for r in results}
+    failed = sum(1 for r in results if not r.valid)
+    warnings = sum(len(w) for w in warned.values())
+    if as_json:
+        _echo_json(
+            {
+                "ok": not failed and not (strict and warnings),
+                "files": [
+                    {
+                        "source": str(r.source),
+                        "valid": r.valid,
+                        "name": r.name,
+                        "version": r.version,
+                        "policies": len(r.policies) if r.valid else 0,
+                        "enforcement": r.enforcement,
+                        "errors": [str(e) for e in r.errors],
+                        "warnings": warned[id(r)],
+                    }
+                    for r in results
+                ],
+            }
+        )
+        if failed or (strict and warnings):
+            raise SystemExit(EXIT_FOUND)
+        return
     out = _console()
-    failed = 0
-    for result in read_manifests(_policy_paths(files)):
+    for result in results:
         if result.valid:
             n = len(result.policies)
             mode = " (monitor)" if result.enforcement == "monitor" else ""
@@ -252,7 +328,9 @@ def check(files: tuple[str, ...]) -> None:
             )
             for err in result.errors:
                 out.print(f"  - {err}", markup=False)
-    if failed:
+        for warning in warned[id(result)]:
+            out.print(f"  [yellow]warning[/yellow] {escape(warning)}")
+    if failed or (strict and warnings):
         raise SystemExit(EXIT_FOUND)
 
 
@@ -281,7 +359,8 @@ def _param_summary(schema: dict[str, Any]) -> str:
 
 @main.command()
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
-def rules(markdown: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON.")
+def rules(markdown: bool, as_json: bool) -> None:
     """List the registered rules: what each judges and its params (? marks optional ones)."""
     from charter._policy import rules as _builtin_rules  # noqa: F401  (registers the built-ins)
     from charter._policy.registry import registered_rules
@@ -290,26 +369,38 @@ def rules(markdown: bool) -> None:
     for spec in registered_rules():
         where = "registration" if "step_execution" not in spec.enforcement_points else "step"
         rows.append((spec.name, where, spec.description, _param_summary(spec.params_schema)))
+    if as_json:
+        specs = {spec.name: spec for spec in registered_rules()}
+        _echo_json(
+            [
+                {
+                    "name": name,
+                    "judges": where,
+                    "description": text,
+                    "params_schema": specs[name].params_schema,
+                }
+                for name, where, text, _ in rows
+            ]
+        )
+        return
     if markdown:
         click.echo("| rule | judges | what it checks | params |")
         click.echo("| --- | --- | --- | --- |")
         for name, where, text, params in rows:
             click.echo(f"| `{name}` | {where} | {text.replace('|', '/')} | {params} |")
         return
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_lines=True)
-    for column in ("rule", "judges", "what it checks", "params"):
-        table.add_column(column, no_wrap=column == "rule")
-    for row in rows:
-        table.add_row(*(Text(r.replace("`", "")) for r in row))
-    _console().print(table)
+    _print_table(
+        None,
+        ["rule", "judges", "what it checks", "params"],
+        [[r.replace("`", "") for r in row] for row in rows],
+        wrap=("what it checks", "params"),
+    )
 
 
 @main.command()
 @click.option("--markdown", is_flag=True, help="Print a Markdown table (for the README).")
-def settings(markdown: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the settings as JSON.")
+def settings(markdown: bool, as_json: bool) -> None:
     """List every setting: keyword, environment variable, default and meaning."""
     from charter._runtime.settings import Settings
 
@@ -322,21 +413,31 @@ def settings(markdown: bool) -> None:
         else:
             shown = f"{default:g}" if isinstance(default, float) else str(default)
         rows.append((name, Settings.env_var(name), shown, Settings.meaning(name)))
+    if as_json:
+        _echo_json(
+            [
+                {
+                    "name": name,
+                    "environment": env,
+                    "default": defaults.get(name),
+                    "meaning": meaning,
+                }
+                for name, env, _, meaning in rows
+            ]
+        )
+        return
     if markdown:
         click.echo("| setting | environment | default | meaning |")
         click.echo("| --- | --- | --- | --- |")
         for name, env, default, meaning in rows:
             click.echo(f"| `{name}` | `{env}` | `{default}` | {meaning} |")
         return
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table()
-    for column in ("setting", "environment", "default", "meaning"):
-        table.add_column(column, no_wrap=column != "meaning")
-    for row in rows:
-        table.add_row(*map(Text, row))
-    _console().print(table)
+    _print_table(
+        None,
+        ["setting", "environment", "default", "meaning"],
+        [list(r) for r in rows],
+        wrap=("meaning",),
+    )
 
 
 @main.command()
@@ -349,17 +450,20 @@ def settings(markdown: bool) -> None:
 )
 @click.option("--environment", default=None, help="Environment of the evaluation context.")
 @click.option("--project-root", default=None, help="Project root for path rules.")
+@click.option("--json", "as_json", is_flag=True, help="Print the decision as JSON.")
 @click.argument("behavior_file", type=click.Path(path_type=Path))
 def explain(
     policy_files: tuple[str, ...],
     environment: str | None,
     project_root: str | None,
+    as_json: bool,
     behavior_file: Path,
 ) -> None:
     """Show the decision on one step (a behavior as JSON) and why, policy by policy.
 
     BEHAVIOR_FILE holds one behavior in wire form (kind, verb, step_name, input, properties...);
-    `-` reads it from standard input. Exits 0 for allow/warn, 2 for ask, 3 for block.
+    `-` reads it from standard input. Exits 0 for allow/warn, 3 for block, 4 for ask, 1 when
+    the manifest or the behavior is invalid.
     """
     from charter._engine.engine import PolicyEngine
     from charter._model.behavior import Behavior
@@ -393,9 +497,22 @@ def explain(
         environment=environment,
         project_root=root,
     )
-    click.echo(engine.explain(behavior, context))
-    decision = engine.evaluate(behavior, context).decision.value
-    raise SystemExit({"allow": 0, "warn": 0, "ask": 2, "block": 3}[decision])
+    result = engine.evaluate(behavior, context)
+    decision = result.decision.value
+    if as_json:
+        _echo_json(
+            {
+                **result.to_dict(),
+                "results": [r.to_dict() for r in result.results],
+                "exit_code": _EXPLAIN_CODES[decision],
+            }
+        )
+    else:
+        click.echo(engine.explain(behavior, context))
+    raise SystemExit(_EXPLAIN_CODES[decision])
+
+
+_EXPLAIN_CODES = {"allow": EXIT_OK, "warn": EXIT_OK, "block": EXIT_BLOCK, "ask": EXIT_ASK}
 
 
 # -- status ----------------------------------------------------------------------------------
@@ -454,18 +571,99 @@ def _resolve_task(store: AuditStore, task: str, agent: str | None) -> tuple[str,
     return found[0].agent_id, found[0].task_id
 
 
+_SINCE_HELP = (
+    "ISO date or time (2025-01-31, 2025-01-31T09:00Z; UTC unless a zone is given) or a "
+    "duration before now (30m, 24h, 7d, 2w)."
+)
+
+
+def _when(option: str, value: str | None) -> Any:
+    from datetime import UTC, datetime
+
+    from charter._cli.report import parse_since
+
+    if not value:
+        return None
+    try:
+        return parse_since(value, datetime.now(UTC))
+    except ValueError as exc:
+        _fail(f"charter: {str(exc).replace('--since', option)}")
+
+
+def _task_decisions(records: list[dict[str, Any]]) -> set[str]:
+    """The decisions a task's steps got: allow, warn, block, ask (a person was asked), failed."""
+    found: set[str] = set()
+    for r in records:
+        verdict = (r.get("meta") or {}).get("charter.eval")
+        if isinstance(verdict, dict) and verdict.get("decision"):
+            found.add(str(verdict["decision"]))
+        if r.get("kind") == "step.gate":
+            found.add("ask")
+        if (r.get("meta") or {}).get("charter.outcome") == "failed":
+            found.add("failed")
+    return found
+
+
 @main.command()
 @click.option("--store", default=None, help=_STORE_HELP)
 @click.option("--agent", default=None, help="Only this agent's tasks.")
+@click.option(
+    "--state",
+    type=click.Choice(["open", "closed"]),
+    default=None,
+    help="Only open or closed tasks.",
+)
+@click.option(
+    "--decision",
+    "decisions",
+    type=click.Choice(["allow", "warn", "ask", "block", "failed"]),
+    multiple=True,
+    help="Only tasks with a step that got this decision (ask: a person was asked; failed: a "
+    "step failed). Repeatable: any of them.",
+)
+@click.option(
+    "--since", default=None, help="Only tasks active at or after this time: " + _SINCE_HELP
+)
+@click.option(
+    "--until", default=None, help="Only tasks started at or before this time: " + _SINCE_HELP
+)
 @click.option("--limit", default=50, show_default=True, help="Show the last N tasks (0: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print the tasks as JSON lines.")
-def tasks(store: str | None, agent: str | None, limit: int, as_json: bool) -> None:
+def tasks(
+    store: str | None,
+    agent: str | None,
+    state: str | None,
+    decisions: tuple[str, ...],
+    since: str | None,
+    until: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
     """List the tasks in an audit store, oldest first."""
     from charter._audit.base import StoreError
+    from charter._cli.report import _stamp
 
+    since_at, until_at = _when("--since", since), _when("--until", until)
     opened = open_audit_store(store)
     try:
         summaries = opened.list_tasks(agent)
+        if state:
+            summaries = [s for s in summaries if s.closed == (state == "closed")]
+        if since_at is not None:
+            summaries = [
+                s for s in summaries if (t := _stamp(s.last_timestamp)) is None or t >= since_at
+            ]
+        if until_at is not None:
+            summaries = [
+                s for s in summaries if (t := _stamp(s.first_timestamp)) is None or t <= until_at
+            ]
+        if decisions:
+            wanted = set(decisions)
+            summaries = [
+                s
+                for s in summaries
+                if _task_decisions(opened.read_task(s.task_id, s.agent_id)) & wanted
+            ]
     except StoreError as exc:
         _fail(f"charter: {exc}")
     finally:
@@ -475,35 +673,31 @@ def tasks(store: str | None, agent: str | None, limit: int, as_json: bool) -> No
         for s in shown:
             click.echo(json.dumps(dataclasses.asdict(s), sort_keys=True))
         return
-    from rich.table import Table
-    from rich.text import Text
-
-    out = _console()
     if not summaries:
-        out.print(f"no tasks in {opened.location}", markup=False)
-        return
-    table = Table(title=Text(opened.location), title_justify="left")
-    for column in ("task", "agent", "records", "started (UTC)", "last (UTC)", "state"):
-        table.add_column(column, no_wrap=True, justify="right" if column == "records" else "left")
-    for s in shown:
-        state = "closed" if s.closed else f"open ({s.last_kind})"
-        table.add_row(
-            *map(
-                Text,
-                (
-                    s.task_id,
-                    s.agent_id,
-                    str(s.steps),
-                    _time(s.first_timestamp),
-                    _time(s.last_timestamp),
-                    state,
-                ),
-            )
+        click.echo(
+            f"no tasks in {opened.location}"
+            + (" match" if (state or decisions or since or until) else "")
         )
-    out.print(table)
+        return
+    _print_table(
+        opened.location,
+        ["task", "agent", "records", "started (UTC)", "last (UTC)", "state"],
+        [
+            [
+                s.task_id,
+                s.agent_id,
+                str(s.steps),
+                _time(s.first_timestamp),
+                _time(s.last_timestamp),
+                "closed" if s.closed else f"open ({s.last_kind})",
+            ]
+            for s in shown
+        ],
+        numeric=("records",),
+    )
     if len(shown) < len(summaries):
-        out.print(f"showing the last {len(shown)} of {len(summaries)} tasks; --limit 0 shows all")
-    out.print("charter show TASK shows one task (any unique prefix of its id)")
+        click.echo(f"showing the last {len(shown)} of {len(summaries)} tasks; --limit 0 shows all")
+    click.echo("charter show TASK shows one task (any unique prefix of its id)")
 
 
 def _time(stamp: str) -> str:
@@ -565,17 +759,8 @@ def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None
         for r in records:
             click.echo(json.dumps(r, sort_keys=True, ensure_ascii=False))
         return
-    from rich.table import Table
-    from rich.text import Text
+    from charter._cli.report import step_tree
 
-    out = _console()
-    table = Table(
-        title=Text(f"task {task_id} · agent {agent_id} · {opened.location}"),
-        title_justify="left",
-    )
-    for column in ("seq", "time (UTC)", "kind", "step", "decision", "outcome", "why"):
-        table.add_column(column, no_wrap=column not in ("step", "why"))
-    colours = {"block": "red", "ask": "yellow", "warn": "yellow", "allow": "green"}
     answers = {
         str(gate.get("action_id")): (str((r.get("output") or {}).get("decision")), r.get("seq"))
         for r in records
@@ -583,34 +768,74 @@ def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None
         for gate in [(r.get("properties") or {}).get("gate") or {}]
         if gate.get("action_id")
     }
-    for r in records:
-        decision, reason = _decision_of(r)
-        answer = answers.get(str(r.get("action_id")))
-        if answer is not None and decision:
-            how = "approved" if answer[0] == "pass" else "denied"
-            decision = f"{decision.split(' ')[0]} ({how}, seq {answer[1]})"
-        outcome = str((r.get("meta") or {}).get("charter.outcome") or "")
-        if not outcome and str(r.get("kind", "")).startswith("step."):
-            outcome = "ok"
-        colour = colours.get(decision.split(" ")[0], "")
-        kind = str(r.get("kind")) + (f" {r['verb']}" if r.get("verb") else "")
-        table.add_row(
-            Text(str(r.get("seq"))),
-            Text(_time(str(r.get("timestamp", "")))[11:]),
-            Text(kind),
-            Text(_describe(r)),
-            Text(decision, style=colour),
-            Text(outcome),
-            Text("" if decision.startswith("allow") else short_reason(reason)),
-        )
-    out.print(table)
+    colours = {"block": "red", "ask": "yellow", "warn": "yellow", "allow": "green"}
+    rows: list[list[str]] = []
+    styles: list[str] = []
+
+    def walk(items: list[Any], depth: int) -> None:
+        for item in items:
+            if isinstance(item, dict):
+                rows.append(
+                    ["", "", "", "  " * depth + f"▸ {item['kind']}: {item['label']}", "", "", ""]
+                )
+                styles.append("bold")
+                walk(item["items"], depth + 1)
+                continue
+            r = records[item]
+            decision, reason = _decision_of(r)
+            answer = answers.get(str(r.get("action_id")))
+            if answer is not None and decision:
+                how = "approved" if answer[0] == "pass" else "denied"
+                decision = f"{decision.split(' ')[0]} ({how}, seq {answer[1]})"
+            outcome = str((r.get("meta") or {}).get("charter.outcome") or "")
+            if not outcome and str(r.get("kind", "")).startswith("step."):
+                outcome = "ok"
+            error = _error_of(r)
+            if r.get("kind") == "task.error":
+                outcome = "failed"
+            why = "" if decision.startswith("allow") else short_reason(reason)
+            if error:
+                why = f"error: {error}" + (f"; {why}" if why else "")
+            kind = str(r.get("kind")) + (f" {r['verb']}" if r.get("verb") else "")
+            rows.append(
+                [
+                    str(r.get("seq")),
+                    _time(str(r.get("timestamp", "")))[11:],
+                    kind,
+                    "  " * depth + _describe(r),
+                    decision,
+                    outcome,
+                    why,
+                ]
+            )
+            styles.append("red" if error else colours.get(decision.split(" ")[0], ""))
+
+    walk(step_tree(records), 0)
+    _print_table(
+        f"task {task_id} · agent {agent_id} · {opened.location}",
+        ["seq", "time (UTC)", "kind", "step", "decision", "outcome", "why"],
+        rows,
+        numeric=("seq",),
+        styles=styles,
+        wrap=("step", "why"),
+    )
+
+
+def _error_of(record: dict[str, Any]) -> str:
+    """A failed step's (or task's) error as recorded: ``output.error`` {type, message}."""
+    out = record.get("output")
+    err = out.get("error") if isinstance(out, dict) else None
+    if isinstance(err, dict):
+        return ": ".join(str(err[k]) for k in ("type", "message") if err.get(k))
+    return str(err) if err else ""
 
 
 @main.command()
 @click.argument("file", required=False)
 @click.option("--store", default=None, help=_STORE_HELP)
 @click.option("--task", default=None, help="Verify only this task's chains.")
-def verify(file: str | None, store: str | None, task: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def verify(file: str | None, store: str | None, task: str | None, as_json: bool) -> None:
     """Verify the hash chains of an audit store: every edit, deletion, insertion or
     reordering of a record breaks them.
 
@@ -629,6 +854,20 @@ def verify(file: str | None, store: str | None, task: str | None) -> None:
         _fail(f"charter: {exc}")
     finally:
         opened.close()
+    if as_json:
+        _echo_json(
+            {
+                "ok": report.ok,
+                "location": opened.location,
+                "chains": report.chains_checked,
+                "records": report.steps_checked,
+                "breaks": [dataclasses.asdict(b) for b in report.breaks],
+                "warnings": list(report.warnings),
+            }
+        )
+        if not report.ok:
+            raise SystemExit(EXIT_FOUND)
+        return
     out = _console()
     for warning in report.warnings:
         out.print(f"[yellow]warning[/yellow] {escape(warning)}")
@@ -824,8 +1063,21 @@ def replay(
 )
 @click.option("--run", "pattern", default=None, help="Only tests whose name matches this regex.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every step's decision.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--junit",
+    "junit",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Also write the results as JUnit XML to this file (for CI).",
+)
 def test_command(
-    paths: tuple[str, ...], policy_files: tuple[str, ...], pattern: str | None, verbose: bool
+    paths: tuple[str, ...],
+    policy_files: tuple[str, ...],
+    pattern: str | None,
+    verbose: bool,
+    as_json: bool,
+    junit: Path | None,
 ) -> None:
     """Run policy tests: YAML files (*_test.yaml) holding step sequences with the decision
     each step must get.
@@ -834,13 +1086,26 @@ def test_command(
     the difference for every failing step; exits 1 when any test fails or a file is invalid,
     2 when no test file is found.
     """
-    from charter._cli.policytest import find_test_files, run_test_files
+    import io
+
+    from rich.console import Console
+
+    from charter._cli.policytest import TestResults, find_test_files, junit_xml, run_test_files
 
     files = find_test_files([Path(p) for p in paths])
     if isinstance(files, str):
         _fail(f"charter: {files}")
     defaults = [str(p) for p in _policy_paths(policy_files)]
-    ok = run_test_files(files, defaults, pattern, verbose, _console())
+    results = TestResults()
+    out = Console(file=io.StringIO()) if as_json else _console()
+    ok = run_test_files(files, defaults, pattern, verbose, out, results=results)
+    if junit is not None:
+        try:
+            junit.write_bytes(junit_xml(results))
+        except OSError as exc:
+            _fail(f"charter: cannot write {junit}: {exc.strerror or exc}")
+    if as_json:
+        _echo_json({"ok": ok, **results.to_dict()})
     raise SystemExit(EXIT_OK if ok else EXIT_FOUND)
 
 

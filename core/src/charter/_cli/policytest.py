@@ -31,7 +31,14 @@ if TYPE_CHECKING:
     from charter._model.context import EvalContext
     from charter._policy.policy import Policy
 
-__all__ = ["TestFileError", "find_test_files", "load_test_file", "run_test_files"]
+__all__ = [
+    "TestFileError",
+    "TestResults",
+    "find_test_files",
+    "junit_xml",
+    "load_test_file",
+    "run_test_files",
+]
 
 DECISIONS = ("allow", "warn", "ask", "block")
 DEFAULT_START = "2025-01-06T09:00:00Z"  # a Monday morning: time rules see a working day
@@ -612,6 +619,101 @@ def run_case(policies: Sequence[Policy], case: Case) -> CaseRun:
     return CaseRun(case, tuple(runs))
 
 
+@dataclass(slots=True)
+class TestResults:
+    """What a run of test files found, for --json and --junit: per file, its load problems or
+    its cases (each with the seconds it took)."""
+
+    files: list[tuple[Path, list[str], list[tuple[CaseRun, float]]]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        """{"passed", "failed", "errors", "files": [{"file", "problems", "tests": [...]}]}."""
+        out_files = []
+        passed = failed = 0
+        for path, problems, cases in self.files:
+            tests = []
+            for run, seconds in cases:
+                passed += run.passed
+                failed += not run.passed
+                tests.append(
+                    {
+                        "name": run.case.name,
+                        "passed": run.passed,
+                        "error": run.error,
+                        "seconds": round(seconds, 6),
+                        "steps": [
+                            {
+                                "step": s.step.index + 1,
+                                "label": s.step.label,
+                                "decision": s.decision,
+                                "violated": list(s.violated),
+                                "reason": s.reason,
+                                "then": s.then,
+                                "mismatches": [
+                                    {"key": k, "want": w, "got": g} for k, w, g in s.mismatches
+                                ],
+                            }
+                            for s in run.steps
+                        ],
+                    }
+                )
+            out_files.append({"file": str(path), "problems": problems, "tests": tests})
+        errors = sum(1 for _, problems, _ in self.files if problems)
+        return {"passed": passed, "failed": failed, "errors": errors, "files": out_files}
+
+
+def _failure_text(run: CaseRun) -> str:
+    lines = []
+    for s in run.steps:
+        for key, want, got in s.mismatches:
+            lines.append(f"step {s.step.index + 1} ({s.step.label}): {key}: want {want}, got {got}")
+    if run.error:
+        lines.append(f"error: {run.error}")
+    return "\n".join(lines)
+
+
+def junit_xml(results: TestResults) -> bytes:
+    """The results as JUnit XML: one testsuite per file, one testcase per test; a file that
+    cannot be loaded is a testsuite with one errored testcase naming its problems."""
+    import xml.etree.ElementTree as ET
+
+    data = results.to_dict()
+    root = ET.Element("testsuites", name="charter test")
+    totals = {"tests": 0, "failures": 0, "errors": 0}
+    for (path, problems, cases), info in zip(results.files, data["files"], strict=True):
+        suite = ET.SubElement(root, "testsuite", name=str(path))
+        counts = {"tests": 0, "failures": 0, "errors": 0}
+        elapsed = 0.0
+        if problems:
+            case = ET.SubElement(suite, "testcase", classname=str(path), name="load", time="0")
+            error = ET.SubElement(case, "error", message=f"{len(problems)} problem(s) in {path}")
+            error.text = "\n".join(problems)
+            counts["tests"] += 1
+            counts["errors"] += 1
+        for (run, seconds), test in zip(cases, info["tests"], strict=True):
+            elapsed += seconds
+            case = ET.SubElement(
+                suite, "testcase", classname=str(path), name=test["name"], time=f"{seconds:.6f}"
+            )
+            counts["tests"] += 1
+            if not run.passed:
+                text = _failure_text(run)
+                kind = (
+                    "error" if run.error and not any(s.mismatches for s in run.steps) else "failure"
+                )
+                node = ET.SubElement(case, kind, message=text.splitlines()[0] if text else kind)
+                node.text = text
+                counts["errors" if kind == "error" else "failures"] += 1
+        for key, value in counts.items():
+            suite.set(key, str(value))
+            totals[key] += value
+        suite.set("time", f"{elapsed:.6f}")
+    for key, value in totals.items():
+        root.set(key, str(value))
+    body: bytes = ET.tostring(root, encoding="utf-8", xml_declaration=True)
+    return body + b"\n"
+
+
 def run_test_files(
     files: Sequence[Path],
     default_policies: Sequence[str],
@@ -619,8 +721,12 @@ def run_test_files(
     verbose: bool,
     out: Console,
     on_case: Callable[[CaseRun], None] | None = None,
+    results: TestResults | None = None,
 ) -> bool:
-    """Run every test in `files` and print the report; returns True when everything passed."""
+    """Run every test in `files` and print the report; returns True when everything passed.
+    `results`, when given, receives every file's problems or cases."""
+    import time
+
     from rich.markup import escape
 
     try:
@@ -634,14 +740,21 @@ def run_test_files(
             loaded = load_test_file(path, default_policies)
         except TestFileError as exc:
             errors += 1
+            if results is not None:
+                results.files.append((path, list(exc.problems), []))
             out.print(f"[red]ERROR[/red] {escape(str(path))}: {len(exc.problems)} problem(s)")
             for problem in exc.problems:
                 out.print(f"  - {problem}", markup=False)
             continue
+        ran: list[tuple[CaseRun, float]] = []
+        if results is not None:
+            results.files.append((path, [], ran))
         for case in loaded.cases:
             if select is not None and not select.search(case.name):
                 continue
+            started = time.perf_counter()
             result = run_case(loaded.policies, case)
+            ran.append((result, time.perf_counter() - started))
             if on_case is not None:
                 on_case(result)
             if result.passed:

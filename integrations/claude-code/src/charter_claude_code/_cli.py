@@ -246,11 +246,20 @@ def uninstall(scope: str, project_dir: Path, settings_file: Path | None) -> None
     type=click.Path(dir_okay=False, path_type=Path),
     help="Check these settings files instead of the user, project and local ones.",
 )
-def doctor(project_dir: Path, settings_files: tuple[Path, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
+def doctor(project_dir: Path, settings_files: tuple[Path, ...], as_json: bool) -> None:
     """Check that Claude Code started here would be governed; exits 1 when it would not."""
     from charter_claude_code._doctor import diagnose
 
     report = diagnose(project_dir, settings_files=list(settings_files) or None)
+    if as_json:
+        import json
+
+        checks = [{"status": s, "check": w, "detail": d} for s, w, d in report.checks]
+        click.echo(json.dumps({"ok": report.ok, "checks": checks}, indent=2, sort_keys=True))
+        if not report.ok:
+            raise SystemExit(1)
+        return
     for line in report.lines():
         click.echo(line)
     if report.ok:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Any
 
@@ -30,13 +31,45 @@ def baseline() -> None:
     """The shipped baseline policy sets (coding-agent, tool-agent)."""
 
 
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+def _plain(rows: list[list[str]]) -> str:
+    """Aligned columns without box drawing, for output that is not a terminal."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
 @baseline.command(name="list")
-def list_() -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the baselines as JSON.")
+def list_(as_json: bool) -> None:
     """List the baselines with their description and policy count."""
     from rich.table import Table
     from rich.text import Text
 
     from charter_baseline import baseline_description, baseline_names, load_baseline_policies
+
+    if as_json:
+        _echo_json(
+            [
+                {
+                    "name": name,
+                    "policies": len(load_baseline_policies(name)),
+                    "description": baseline_description(name),
+                }
+                for name in baseline_names()
+            ]
+        )
+        return
+    if not sys.stdout.isatty():
+        rows = [["baseline", "policies", "description"]]
+        for name in baseline_names():
+            rows.append([name, str(len(load_baseline_policies(name))), baseline_description(name)])
+        click.echo(_plain(rows))
+        return
 
     table = Table(show_lines=False)
     table.add_column("baseline", no_wrap=True)
@@ -53,7 +86,8 @@ def list_() -> None:
 
 @baseline.command()
 @click.argument("name")
-def show(name: str) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the baseline's policies as JSON.")
+def show(name: str, as_json: bool) -> None:
     """Show each policy of baseline NAME: what it stops, its rule and severity."""
     from rich.table import Table
     from rich.text import Text
@@ -64,6 +98,25 @@ def show(name: str) -> None:
         path = baseline_path(name)
     except ValueError as exc:
         raise _unknown(exc) from None
+    if as_json:
+        _echo_json(
+            {
+                "name": name,
+                "path": str(path),
+                "description": baseline_description(name),
+                "policies": [p.to_dict() for p in load_baseline_policies(name)],
+            }
+        )
+        return
+    if not sys.stdout.isatty():
+        click.echo(f"{name}  {path}")
+        click.echo(baseline_description(name))
+        rows = [["policy", "severity", "rule", "what it stops and why"]]
+        for p in load_baseline_policies(name):
+            severity = p.severity.value + (", asks" if p.action == "ask" else "")
+            rows.append([p.name, severity, p.rule_type, " ".join((p.description or "").split())])
+        click.echo(_plain(rows))
+        return
     out = _console()
     out.print(Text(f"{name}  {path}", style="bold"))
     out.print(Text(baseline_description(name)))
