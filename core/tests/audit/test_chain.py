@@ -149,7 +149,12 @@ def test_seal_matches_canonical_form(
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
-        ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "seq": 1}, "'seq'"),
+        ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "seq": 0}, "seq must"),
+        ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "seq": "1"}, "seq must"),
+        (
+            {"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "prev_hash": None},
+            "'prev_hash'",
+        ),
         ({"agent_id": "a", "task_id": "t", "kind": "k", "timestamp": "x", "hash": ""}, "'hash'"),
         ({"agent_id": 3, "task_id": "t", "kind": "k", "timestamp": "x"}, "agent_id"),
         ({"agent_id": "a", "task_id": "", "kind": "k", "timestamp": "x"}, "task_id"),

@@ -136,7 +136,7 @@ def test_empty_agent_id_is_a_chain(store: AuditStore, make_entry: EntryFactory) 
     "bad",
     [
         {"agent_id": "a", "task_id": "t1", "kind": "k", "timestamp": "x", "n": float("nan")},
-        {"agent_id": "a", "task_id": "t1", "kind": "k", "timestamp": "x", "seq": 4},
+        {"agent_id": "a", "task_id": "t1", "kind": "k", "timestamp": "x", "seq": 0},
         {"task_id": "t1", "kind": "k", "timestamp": "x"},
     ],
 )

@@ -257,8 +257,9 @@ def test_judging_past_the_deadline_is_the_fail_mode_decision(
             policies=[{"name": "slow", "rule_type": "slow_scan", "severity": "low"}],
             evaluation_deadline_seconds=0.05,
         )
-        _start(relaxed)
+        # Its own task: one chain has one writer (the store keeps each record's seq).
+        _start(relaxed, "t2")
         # A single policy is never cut short: its verdict is complete when it returns.
-        assert relaxed.evaluate(_bash("ls")).decision is Decision.ALLOW
+        assert relaxed.evaluate(_bash("ls", "t2")).decision is Decision.ALLOW
     finally:
         unregister("slow_scan")

@@ -16,9 +16,13 @@ from charter._model.errors import CharterError
 
 __all__ = [
     "BREAK_REASONS",
+    "GAP_CAUSES",
+    "GAP_KEY",
     "AuditStore",
     "BreakReason",
     "ChainBreak",
+    "Gap",
+    "GapCause",
     "StoreError",
     "TaskSummary",
     "VerifyReport",
@@ -26,6 +30,7 @@ __all__ = [
     "check_store_path",
     "closed_error",
     "prepare_batch",
+    "seq_error",
 ]
 
 
@@ -84,12 +89,68 @@ class ChainBreak:
         return f"task {self.task_id} seq {self.seq} {self.reason}: {self.detail}"
 
 
+GapCause = Literal["queue_full", "refused", "closed"]
+
+GAP_CAUSES: tuple[GapCause, ...] = ("queue_full", "refused", "closed")
+
+#: Where a record declares the records of its chain that were dropped just before it.
+GAP_KEY = "charter.gap"
+
+
+@dataclass(frozen=True, slots=True)
+class Gap:
+    """Records of one chain that were dropped, never stored: seqs `first` to `last`.
+
+    Every seq is assigned when its step is recorded, so a dropped record leaves a hole in its
+    chain. The writer declares it in ``meta["charter.gap"]`` of the next record it stores in
+    that chain, a list of ``{"first", "last", "cause", "detail"}``; `verify` reports a hole
+    declared that way, with the links around it intact, as a Gap and not as a break. `cause`
+    is ``queue_full`` (the buffered queue had no room), ``refused`` (the store refused the
+    record, `detail` says why) or ``closed`` (the runner closed before it was written).
+    `declared_at` is the seq of the record that declares the gap (0 for a gap the writer
+    still holds, which no stored record declares yet).
+    """
+
+    agent_id: str
+    task_id: str
+    first: int
+    last: int
+    cause: str
+    detail: str = ""
+    declared_at: int = 0
+
+    @property
+    def count(self) -> int:
+        """How many records the gap stands for."""
+        return self.last - self.first + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON values: agent_id, task_id, first, last, count, cause, detail, declared_at."""
+        return {
+            "agent_id": self.agent_id,
+            "task_id": self.task_id,
+            "first": self.first,
+            "last": self.last,
+            "count": self.count,
+            "cause": self.cause,
+            "detail": self.detail,
+            "declared_at": self.declared_at,
+        }
+
+    def __str__(self) -> str:
+        span = f"seq {self.first}" if self.first == self.last else f"seqs {self.first}-{self.last}"
+        why = f"{self.cause}: {self.detail}" if self.detail else self.cause
+        return f"task {self.task_id} {span} dropped ({why})"
+
+
 @dataclass(frozen=True, slots=True)
 class VerifyReport:
     """The outcome of verifying a store (or one task of it).
 
     `ok` is True exactly when `breaks` is empty. `warnings` lists things worth a look that do
     not make the trail untrustworthy, such as a torn last line left by a crash mid-write.
+    `gaps` lists the declared holes: records dropped before they were stored, with the cause
+    (see `Gap`); they do not make a chain untrustworthy, but the trail is incomplete there.
     """
 
     ok: bool
@@ -97,6 +158,12 @@ class VerifyReport:
     steps_checked: int
     breaks: list[ChainBreak] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    gaps: list[Gap] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> int:
+        """How many records the declared gaps stand for."""
+        return sum(g.count for g in self.gaps)
 
     @property
     def first_break(self) -> ChainBreak | None:
@@ -108,6 +175,10 @@ class VerifyReport:
             chains = "chain" if self.chains_checked == 1 else "chains"
             steps = "step" if self.steps_checked == 1 else "steps"
             text = f"ok: {self.chains_checked} {chains}, {self.steps_checked} {steps} verified"
+            if self.gaps:
+                causes = ", ".join(sorted({g.cause for g in self.gaps}))
+                noun = "gap" if len(self.gaps) == 1 else "gaps"
+                text += f", {self.dropped} dropped in {len(self.gaps)} {noun} ({causes})"
             if self.warnings:
                 noun = "warning" if len(self.warnings) == 1 else "warnings"
                 text += f" ({len(self.warnings)} {noun}: {self.warnings[0]})"
@@ -133,12 +204,15 @@ class AuditStore(Protocol):
     def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Chain and commit `entries` atomically (all or nothing) and return them chained.
 
-        Each entry lacks seq/prev_hash/hash; the store assigns seq = head.seq + 1 per
-        (agent_id, task_id) inside its write transaction or lock, sets prev_hash, computes
-        hash, commits, and only then returns. Entries of one chain in one call are chained in
-        order. Raises StoreError (nothing written) on failure, on an entry that is not I-JSON or
-        already carries seq/prev_hash/hash, and on an append to a chain whose end marker is
-        already stored (the message names the task).
+        Each entry lacks prev_hash/hash and may carry the seq its writer assigned (the
+        runner does: seq is assigned when a step is recorded and never renumbered, so a
+        dropped record leaves a gap); without one the store assigns head.seq + 1. Inside its
+        write transaction or lock, per (agent_id, task_id), the store checks the seq is above
+        the head, sets prev_hash to the head's hash, computes hash, commits, and only then
+        returns. Entries of one chain in one call are chained in order. Raises StoreError
+        (nothing written) on failure, on an entry that is not I-JSON, already carries
+        prev_hash/hash or has a seq not above its chain's head, and on an append to a chain
+        whose end marker is already stored (the message names the task).
         """
         ...
 
@@ -191,6 +265,13 @@ def prepare_batch(entries: Sequence[Mapping[str, Any]]) -> list[PreparedEntry]:
                 f"audit entry {index + 1} of {total} was refused and nothing was written: {exc}"
             ) from None
     return prepared
+
+
+def seq_error(reason: str, task_id: str, location: str) -> StoreError:
+    """The refusal for an entry whose own seq does not follow its chain's head."""
+    return StoreError(
+        f"audit store {location} refused task {task_id!r}: {reason}; nothing was written"
+    )
 
 
 def closed_error(task_id: str, agent_id: str, location: str) -> StoreError:

@@ -35,6 +35,7 @@ __all__ = [
     "SealedEntry",
     "canonical_bytes",
     "canonical_json",
+    "check_seq",
     "decode_json",
     "entry_hash",
     "is_closing",
@@ -202,6 +203,7 @@ class PreparedEntry:
     task_id: str
     closing: bool
     groups: tuple[bytes, bytes, bytes, bytes]
+    seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,18 +235,23 @@ def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
 def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
     """Check an unchained entry and canonicalise everything but seq/prev_hash/hash.
 
-    Raises ValueError (one sentence) when the entry is not a mapping, already carries a chain
-    field, lacks a str agent_id / non-empty str task_id / str kind / str timestamp, or is not
-    I-JSON.
+    An entry may carry the `seq` its writer assigned when the step was recorded (an int from
+    1); the store then keeps it, so records the writer dropped leave a gap. Raises ValueError
+    (one sentence) when the entry is not a mapping, already carries prev_hash or hash, has a
+    seq that is not an int from 1, lacks a str agent_id / non-empty str task_id / str kind /
+    str timestamp, or is not I-JSON.
     """
     if not isinstance(entry, Mapping):
         raise ValueError(f"an audit entry must be a mapping, not {type(entry).__name__}")
-    for name in CHAIN_FIELDS:
+    for name in ("prev_hash", "hash"):
         if name in entry:
             raise ValueError(
-                f"entry already carries {name!r}; the store assigns seq, prev_hash and hash "
+                f"entry already carries {name!r}; the store assigns prev_hash and hash "
                 "(was an already chained record appended again?)"
             )
+    seq = entry.get("seq")
+    if "seq" in entry and (type(seq) is not int or not 1 <= seq <= MAX_SAFE_INT):
+        raise ValueError(f"entry seq must be an int from 1, not {seq!r}")
     agent_id = entry.get("agent_id")
     task_id = entry.get("task_id")
     if not isinstance(agent_id, str):
@@ -255,19 +262,32 @@ def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
         if not isinstance(entry.get(name), str):
             raise ValueError(f"entry needs a str {name!r}")
     record = dict(entry)
+    record.pop("seq", None)
     for key in record:
         if not isinstance(key, str):
             raise ValueError(f"entry key {key!r} is not a str")
-    return PreparedEntry(record, agent_id, task_id, is_closing(record), _groups(record))
+    return PreparedEntry(record, agent_id, task_id, is_closing(record), _groups(record), seq)
+
+
+def check_seq(prepared: PreparedEntry, head: ChainHead) -> str | None:
+    """Why `prepared` cannot follow `head` (its own seq is not above the head), else None."""
+    if prepared.seq is None or prepared.seq > head.seq:
+        return None
+    return (
+        f"the entry's seq {prepared.seq} is not above the chain's head seq {head.seq} (seq is "
+        "assigned once, when a step is recorded, and never renumbered; one writer at a time "
+        "per chain)"
+    )
 
 
 def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
-    """Chain a prepared entry onto `head`: seq = head.seq + 1, prev_hash = head.hash.
+    """Chain a prepared entry onto `head`: seq = the entry's own seq (the caller checked it
+    with `check_seq`), else head.seq + 1; prev_hash = head.hash.
 
     Returns the chained record and its canonical bytes (the stored line/body). Never raises:
     everything that can be refused was refused by prepare_entry.
     """
-    seq = head.seq + 1
+    seq = prepared.seq if prepared.seq is not None else head.seq + 1
     low, mid, high, top = prepared.groups
     if head.hash is None:
         prev = b'"prev_hash":null'

@@ -38,6 +38,7 @@ from typing import Any
 
 from charter._audit.base import (
     ChainBreak,
+    Gap,
     StoreError,
     TaskSummary,
     VerifyReport,
@@ -45,8 +46,16 @@ from charter._audit.base import (
     check_store_path,
     closed_error,
     prepare_batch,
+    seq_error,
 )
-from charter._audit.chain import ChainHead, canonical_json, decode_json, is_closing, seal
+from charter._audit.chain import (
+    ChainHead,
+    canonical_json,
+    check_seq,
+    decode_json,
+    is_closing,
+    seal,
+)
 from charter._audit.verify import RecordedHead, StoredRow, build_report, check_chain, row_from_entry
 
 __all__ = ["FENCE_KEY", "HEADS_SUFFIX", "JsonlStore"]
@@ -298,6 +307,9 @@ class JsonlStore:
                         state = touched[key] = state or _ChainState(ChainHead(), False)
                     if state.closed:
                         raise closed_error(item.task_id, item.agent_id, self.location)
+                    refused = check_seq(item, state.head)
+                    if refused is not None:
+                        raise seq_error(refused, item.task_id, self.location)
                     sealed = seal(item, state.head)
                     state.head = ChainHead(sealed.seq, sealed.hash)
                     state.closed = item.closing
@@ -518,13 +530,14 @@ class JsonlStore:
             chains.setdefault(key, [])
         if task_id is not None and not chains:
             raise StoreError(f"task {task_id!r} is not in {self.location}")
+        gaps: list[Gap] = []
         breaks = [
             found
             for key, rows in chains.items()
-            if (found := check_chain(key[0], key[1], rows, recorded.get(key))) is not None
+            if (found := check_chain(key[0], key[1], rows, recorded.get(key), gaps)) is not None
         ]
         steps = sum(len(rows) for rows in chains.values())
-        return build_report(len(chains), steps, breaks + loose, warnings)
+        return build_report(len(chains), steps, breaks + loose, warnings, gaps)
 
     def health(self) -> dict[str, Any]:
         """{"ok", "location", "detail"}: whether the file is open, writable and its head file

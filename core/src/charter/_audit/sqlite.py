@@ -28,6 +28,7 @@ from typing import Any
 
 from charter._audit.base import (
     ChainBreak,
+    Gap,
     StoreError,
     TaskSummary,
     VerifyReport,
@@ -35,8 +36,9 @@ from charter._audit.base import (
     check_store_path,
     closed_error,
     prepare_batch,
+    seq_error,
 )
-from charter._audit.chain import ChainHead, PreparedEntry, decode_json, seal
+from charter._audit.chain import ChainHead, PreparedEntry, check_seq, decode_json, seal
 from charter._audit.verify import (
     RecordedHead,
     StoredRow,
@@ -240,6 +242,9 @@ class SQLiteStore:
             head, closed = heads[key]
             if closed:
                 raise closed_error(item.task_id, item.agent_id, self.location)
+            refused = check_seq(item, head)
+            if refused is not None:
+                raise seq_error(refused, item.task_id, self.location)
             sealed = seal(item, head)
             heads[key] = (ChainHead(sealed.seq, sealed.hash), item.closing)
             record = sealed.entry
@@ -332,6 +337,7 @@ class SQLiteStore:
         where = "" if task_id is None else " WHERE task_id = ?"
         params: tuple[str, ...] = () if task_id is None else (task_id,)
         breaks: list[tuple[tuple[int, int], ChainBreak]] = []
+        gaps: list[Gap] = []
         steps = 0
         with self._connection() as conn:
             conn.execute("BEGIN")
@@ -353,7 +359,7 @@ class SQLiteStore:
                 for key, rows in _chains_of(cursor):
                     seen.add(key)
                     steps += len(rows)
-                    found = self._check(key, rows, recorded.get(key))
+                    found = self._check(key, rows, recorded.get(key), gaps)
                     if found is not None:
                         breaks.append(found)
             finally:
@@ -367,13 +373,14 @@ class SQLiteStore:
         if task_id is not None and not chains:
             raise StoreError(f"task {task_id!r} is not in {self.location}")
         breaks.sort(key=lambda item: item[0])
-        return build_report(chains, steps, [b for _, b in breaks])
+        return build_report(chains, steps, [b for _, b in breaks], (), gaps)
 
     @staticmethod
     def _check(
         key: tuple[str, str],
         rows: list[StoredRow],
         recorded: tuple[int, RecordedHead] | None,
+        gaps: list[Gap],
     ) -> tuple[tuple[int, int], ChainBreak] | None:
         if recorded is None:
             first = min(rows, key=lambda r: r.seq)
@@ -384,7 +391,7 @@ class SQLiteStore:
                 "inserted",
                 "the chain has records but no head in the chains table",
             )
-        found = check_chain(key[0], key[1], rows, recorded[1])
+        found = check_chain(key[0], key[1], rows, recorded[1], gaps)
         return None if found is None else ((0, recorded[0]), found)
 
     def health(self) -> dict[str, Any]:

@@ -11,6 +11,9 @@ walking the chain in seq order and reporting only the first break:
 - inserted: two records carry the same seq; or a record follows the chain's end marker; or
   the last record's prev_hash does not link and its seq is beyond the recorded head; or (when
   the store's recorded head is exact, as in SQLite) records go beyond the recorded head.
+- gap (not a break): the seq jumps, the link is intact and the record after the hole
+  declares exactly the missing seqs in ``meta["charter.gap"]`` (records its writer dropped
+  before storing them, with the cause); reported in `VerifyReport.gaps`.
 - edited: a record's recomputed hash differs from its stored hash; or a link breaks and the
   next record still commits to the breaking record (so the record before it was changed and
   re-hashed: reported at that earlier seq); or a record links to neither neighbour (it was
@@ -32,10 +35,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from charter._audit.base import BreakReason, ChainBreak, VerifyReport
+from charter._audit.base import GAP_KEY, BreakReason, ChainBreak, Gap, VerifyReport
 from charter._audit.chain import entry_hash, is_closing
 
-__all__ = ["RecordedHead", "StoredRow", "build_report", "check_chain", "row_from_entry"]
+__all__ = [
+    "RecordedHead",
+    "StoredRow",
+    "build_report",
+    "check_chain",
+    "declared_gaps",
+    "row_from_entry",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +74,7 @@ class StoredRow:
     intact: bool
     closing: bool
     problem: tuple[BreakReason, str] | None = None
+    declared: tuple[tuple[int, int, str, str], ...] = ()
 
 
 def row_from_entry(position: int, entry: Mapping[str, Any]) -> StoredRow:
@@ -84,7 +95,38 @@ def row_from_entry(position: int, entry: Mapping[str, Any]) -> StoredRow:
         intact = entry_hash(entry) == stored
     except ValueError as exc:
         return StoredRow(position, seq, stored, prev, False, False, ("malformed", str(exc)))
-    return StoredRow(position, seq, stored, prev, intact, is_closing(entry))
+    return StoredRow(
+        position, seq, stored, prev, intact, is_closing(entry), None, declared_gaps(entry)
+    )
+
+
+def declared_gaps(entry: Mapping[str, Any]) -> tuple[tuple[int, int, str, str], ...]:
+    """The (first, last, cause, detail) ranges `entry` declares in meta["charter.gap"];
+    entries that are not well-formed are ignored (they cannot excuse a hole)."""
+    meta = entry.get("meta")
+    found = meta.get(GAP_KEY) if isinstance(meta, Mapping) else None
+    if not isinstance(found, list):
+        return ()
+    ranges = []
+    for item in found:
+        if not isinstance(item, Mapping):
+            continue
+        first, last = item.get("first"), item.get("last")
+        cause, detail = item.get("cause"), item.get("detail", "")
+        if type(first) is int and type(last) is int and 1 <= first <= last:
+            if isinstance(cause, str) and isinstance(detail, str):
+                ranges.append((first, last, cause, detail))
+    return tuple(sorted(ranges))
+
+
+def _covers(row: StoredRow, first: int, last: int) -> bool:
+    """True when `row` declares exactly the seqs first..last as dropped."""
+    expected = first
+    for lo, hi, _, _ in row.declared:
+        if lo != expected:
+            return False
+        expected = hi + 1
+    return bool(row.declared) and expected == last + 1
 
 
 def _span(first: int, last: int) -> str:
@@ -96,8 +138,12 @@ def check_chain(
     task_id: str,
     rows: list[StoredRow],
     recorded: RecordedHead | None = None,
+    gaps: list[Gap] | None = None,
 ) -> ChainBreak | None:
-    """The first break of one chain, or None when every record is where it belongs."""
+    """The first break of one chain, or None when every record is where it belongs.
+
+    Declared gaps met on the way (up to the first break) are appended to `gaps`.
+    """
 
     def broken(seq: int, reason: BreakReason, detail: str) -> ChainBreak:
         return ChainBreak(agent_id, task_id, seq, reason, detail)
@@ -117,7 +163,17 @@ def check_chain(
             return broken(seq, "edited", "stored hash does not match its content")
         if closed_at is not None:
             return broken(seq, "inserted", f"record follows the end marker at seq {closed_at}")
-        if seq > expected_seq:
+        if (
+            seq > expected_seq
+            and row.prev_hash == expected_prev
+            and _covers(row, expected_seq, seq - 1)
+        ):
+            if gaps is not None:
+                gaps.extend(
+                    Gap(agent_id, task_id, lo, hi, cause, detail, seq)
+                    for lo, hi, cause, detail in row.declared
+                )
+        elif seq > expected_seq:
             if expected_seq == 1:
                 if row.prev_hash is None:
                     return broken(seq, "edited", f"the first record carries seq {seq}, not 1")
@@ -200,7 +256,8 @@ def build_report(
     steps_checked: int,
     breaks: Iterable[ChainBreak],
     warnings: Iterable[str] = (),
+    gaps: Iterable[Gap] = (),
 ) -> VerifyReport:
     """Assemble a VerifyReport; ok exactly when there are no breaks."""
     found = list(breaks)
-    return VerifyReport(not found, chains_checked, steps_checked, found, list(warnings))
+    return VerifyReport(not found, chains_checked, steps_checked, found, list(warnings), list(gaps))

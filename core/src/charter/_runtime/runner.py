@@ -5,12 +5,12 @@ writer (redaction, queue, store, exporters), a per-task lock, and a sweeper thre
 closes idle tasks. Everything the engine refuses is raised to the caller; everything that
 goes wrong on the recording path is counted and reported, and raised only in sync durability.
 
-Seq: the engine numbers a task's steps (last + 1) and the store numbers each chain (head + 1)
-inside its own write transaction. The wire form carries the store's number, which is the
-authority. In one process, with nothing dropped, the two agree. When several processes write
-one chain (the Claude Code integration runs one process per hook call), each process must
-first `restore_task` from the store so its engine continues from the stored head; if two
-processes still interleave, the store's seq wins and the chain stays contiguous.
+Seq: the engine numbers a task's steps (last + 1) when they are recorded, and the wire form
+carries that number: the store keeps it and never renumbers, so a record dropped on the way
+(a full queue, a refused write) leaves a gap its chain declares (see the writer). When several
+processes write one chain (the Claude Code integration runs one process per hook call), each
+process must first `restore_task` from the store so its engine continues from the stored
+head, one process at a time (a store refuses a seq that is not above its chain's head).
 """
 
 from __future__ import annotations
@@ -564,8 +564,9 @@ class Runner:
         Keys: load_state (enforcing / none_configured / unavailable / stale), cause,
         policy_source, policies (count per enforcement point), applicable_policies (names
         that apply to this agent), fail_mode, enforcement, durability, payload_mode, agent_id,
-        queue (queued, delivered, failed, dropped, pending, export_failed), store (ok,
-        location, detail), active_tasks, and counters.
+        queue (queued, delivered, failed, dropped, dropped_by_cause, evicted, pending,
+        export_failed, and gaps: the dropped records no stored record declares yet, as
+        `Gap.to_dict()`), store (ok, location, detail), active_tasks, and counters.
         """
         state, cause = self._sources.state()
         base = self._build_context("status")
@@ -596,6 +597,9 @@ class Runner:
                 "delivered": w.delivered,
                 "failed": w.failed,
                 "dropped": w.dropped,
+                "dropped_by_cause": dict(w.dropped_by_cause),
+                "evicted": w.evicted,
+                "gaps": [g.to_dict() for g in w.gaps()],
                 "pending": w.pending,
                 "export_failed": w.export_failed,
             },
@@ -652,7 +656,7 @@ _PUT = tuple(getattr(Behavior, name).__set__ for name in _FIELDS)
 
 
 def wire_form(b: Behavior) -> dict[str, Any]:
-    """`Behavior.to_dict()` without seq (the store numbers its chains), before redaction.
+    """`Behavior.to_dict()` before redaction (seq included: the store keeps it).
 
     Same fields and timestamp text as to_dict; built here because strftime is the slowest
     part of to_dict and behaviors are always UTC, so isoformat gives the same text.
@@ -662,6 +666,7 @@ def wire_form(b: Behavior) -> dict[str, Any]:
     return {
         "agent_id": b.agent_id,
         "task_id": b.task_id,
+        "seq": b.seq,
         "action_id": b.action_id,
         "timestamp": stamp[:-6] + "Z" if stamp else format_timestamp(ts),
         "kind": b.kind.value,

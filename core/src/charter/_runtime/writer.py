@@ -4,10 +4,18 @@ Two durabilities:
 
 - ``buffered``: records go into a bounded in-memory queue and one daemon thread redacts and
   commits them in batches (everything available, up to 500 per append). The agent never
-  waits for I/O: a full queue drops the new record and counts it. A failing append is
-  retried (3 attempts, short backoff); a batch that still fails is retried record by record,
-  so one bad record cannot take its neighbours with it; what still fails is dropped and
-  counted.
+  waits for I/O. When the queue is full, a record of high value (a task boundary, a blocked
+  step, a step.gate, a step a policy would have blocked or asked about in monitor mode)
+  takes the place of the newest queued record of lower value; otherwise the new record is
+  dropped. A failing append is retried (3 attempts, short backoff); a batch that still fails
+  is retried record by record, so one bad record cannot take its neighbours with it; what
+  still fails is dropped.
+
+Every dropped record is counted by cause and leaves a gap: its seq was assigned when the step
+was recorded and is never reused, and the next record the writer stores in that chain
+declares the hole in ``meta["charter.gap"]`` (``[{"first", "last", "cause", "detail"}]``), so
+`verify` reports it with its cause instead of a trail that looks complete. A gap no later
+record declares yet (the chain's last records were dropped) is held in `gaps()` for status.
 - ``sync``: `write_now` appends in the caller's thread and raises on failure, so the runner
   can refuse the step and roll its history back.
 
@@ -23,15 +31,31 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from charter._audit.base import AuditStore, StoreError
+from charter._audit.base import GAP_KEY, AuditStore, Gap, StoreError
 from charter._audit.location import open_store
 from charter._runtime.internal import report_internal_error
 
-__all__ = ["AuditWriter", "Exporter"]
+__all__ = ["AuditWriter", "Exporter", "is_high_value"]
 
 BATCH_MAX = 500
 _BACKOFF = (0.05, 0.2)
 _LINGER = 0.005
+_DETAIL_MAX = 300
+_HIGH_DECISIONS = frozenset({"block", "ask"})
+
+
+def is_high_value(record: Mapping[str, Any]) -> bool:
+    """Whether `record` may take a queued lower-value record's place in a full queue."""
+    kind = record.get("kind")
+    if not isinstance(kind, str) or kind.startswith("task.") or kind == "step.gate":
+        return True
+    meta = record.get("meta")
+    if not isinstance(meta, Mapping):
+        return False
+    if meta.get("charter.outcome") == "blocked":
+        return True
+    verdict = meta.get("charter.eval")
+    return isinstance(verdict, Mapping) and verdict.get("decision") in _HIGH_DECISIONS
 
 
 @runtime_checkable
@@ -56,7 +80,8 @@ class AuditWriter:
 
     Counters (records): `queued` accepted into the queue, `delivered` committed, `failed`
     whose first write attempt failed, `dropped` never written (queue full or every attempt
-    failed), `export_failed` records an exporter raised on.
+    failed; `dropped_by_cause` splits it by gap cause), `evicted` dropped from the queue to make
+    room for a record of higher value, `export_failed` records an exporter raised on.
     """
 
     def __init__(
@@ -79,7 +104,9 @@ class AuditWriter:
         self._exporters = tuple(exporters)
         self._prepare = prepare
         self._size = queue_size
-        self._queue: deque[tuple[int, dict[str, Any]]] = deque()
+        self._queue: deque[tuple[int, dict[str, Any], bool]] = deque()
+        self._low = 0  # queued records of lower value (the ones a full queue may evict)
+        self._gaps: dict[tuple[str, str], list[list[Any]]] = {}
         self._cond = threading.Condition(threading.Lock())
         self._ticket = 0
         self._done = 0
@@ -91,6 +118,8 @@ class AuditWriter:
         self.delivered = 0
         self.failed = 0
         self.dropped = 0
+        self.dropped_by_cause: dict[str, int] = {}
+        self.evicted = 0
         self.export_failed = 0
         self._thread: threading.Thread | None = None
         if self.enabled and self._store is None:
@@ -150,14 +179,22 @@ class AuditWriter:
         ticket = 0
         with self._cond:
             for record in records:
-                if self._closed or len(self._queue) >= self._size:
+                high = is_high_value(record)
+                if self._closed:
+                    self._drop(record, "closed")
                     dropped += 1
                     continue
+                if len(self._queue) >= self._size:
+                    if not (high and self._low and self._evict()):
+                        self._drop(record, "queue_full")
+                        dropped += 1
+                        continue
+                    dropped += 1
                 self._ticket += 1
                 ticket = self._ticket
-                self._queue.append((ticket, record))
+                self._queue.append((ticket, record, high))
+                self._low += not high
                 self.queued += 1
-            self.dropped += dropped
             if ticket:
                 self._cond.notify()
         if dropped:
@@ -170,6 +207,88 @@ class AuditWriter:
                 "audit.queue",
             )
         return ticket
+
+    def _evict(self) -> bool:
+        """Drop the newest queued record of lower value; the condition's lock is held."""
+        for index in range(len(self._queue) - 1, -1, -1):
+            if not self._queue[index][2]:
+                _, record, _ = self._queue[index]
+                del self._queue[index]
+                self._low -= 1
+                self.evicted += 1
+                self._drop(record, "queue_full")
+                return True
+        return False
+
+    def _drop(self, record: Mapping[str, Any], cause: str, detail: str = "") -> None:
+        """Count a record that will never be stored and hold its gap; lock held."""
+        self.dropped += 1
+        self.dropped_by_cause[cause] = self.dropped_by_cause.get(cause, 0) + 1
+        seq = record.get("seq")
+        agent_id, task_id = record.get("agent_id"), record.get("task_id")
+        if type(seq) is not int or not isinstance(agent_id, str) or not isinstance(task_id, str):
+            return
+        detail = detail[:_DETAIL_MAX]
+        ranges = self._gaps.setdefault((agent_id, task_id), [])
+        last = ranges[-1] if ranges else None
+        if last is not None and last[1] == seq - 1 and last[2] == cause and last[3] == detail:
+            last[1] = seq
+        else:
+            ranges.append([seq, seq, cause, detail])
+
+    def _declared(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """`records` with each held gap declared on the first record of its chain after it."""
+        with self._cond:
+            if not self._gaps:
+                return records
+            claimed: set[tuple[Any, Any, int]] = set()
+            out = []
+            for record in records:
+                key = (record.get("agent_id"), record.get("task_id"))
+                seq = record.get("seq")
+                if type(seq) is not int:
+                    out.append(record)
+                    continue
+                found = [
+                    {"first": lo, "last": hi, "cause": cause, "detail": detail}
+                    for lo, hi, cause, detail in self._gaps.get(key, ())  # type: ignore[arg-type]
+                    if hi < seq and (key[0], key[1], lo) not in claimed
+                ]
+                if found:
+                    claimed.update((key[0], key[1], g["first"]) for g in found)
+                    record = dict(record)
+                    meta = dict(record.get("meta") or {})
+                    meta[GAP_KEY] = found
+                    record["meta"] = meta
+                out.append(record)
+            return out
+
+    def _settle_gaps(self, chained: Sequence[Mapping[str, Any]]) -> None:
+        """Forget the gaps a committed batch declared (those below its highest seq per chain)."""
+        with self._cond:
+            if not self._gaps:
+                return
+            top: dict[tuple[str, str], int] = {}
+            for record in chained:
+                key = (record["agent_id"], record["task_id"])
+                top[key] = max(top.get(key, 0), record["seq"])
+            for key, seq in top.items():
+                ranges = self._gaps.get(key)
+                if ranges:
+                    kept = [r for r in ranges if r[1] > seq]
+                    if kept:
+                        self._gaps[key] = kept
+                    else:
+                        del self._gaps[key]
+
+    def gaps(self) -> list[Gap]:
+        """The gaps held now: dropped records no stored record declares yet."""
+        with self._cond:
+            return [
+                Gap(agent_id, task_id, lo, hi, cause, detail)
+                for (agent_id, task_id), ranges in self._gaps.items()
+                for lo, hi, cause, detail in ranges
+            ]
 
     def write_now(self, records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """Prepare (redact) and append `records` atomically in this thread (sync durability),
@@ -209,9 +328,10 @@ class AuditWriter:
             with self._cond:
                 count = min(len(self._queue), BATCH_MAX)
                 batch = [self._queue.popleft() for _ in range(count)]
+                self._low -= sum(not high for _, _, high in batch)
                 self._in_flight = count
             try:
-                self._write_batch([record for _, record in batch])
+                self._write_batch([record for _, record, _ in batch])
             except Exception as exc:  # the worker must survive anything
                 report_internal_error(exc, "audit.writer")
             with self._cond:
@@ -223,11 +343,13 @@ class AuditWriter:
         if self._prepare is not None:
             # Redaction runs here, off the agent's thread; nothing unprepared is ever written.
             records = [self._prepare(r) for r in records]
+        last_error = ""
         for attempt in range(len(_BACKOFF) + 1):
             try:
                 store = self._store or self._open()
-                chained = store.append(records)
+                chained = store.append(self._declared(records))
             except Exception as exc:
+                last_error = str(exc)
                 if attempt == 0:
                     with self._cond:
                         self.failed += len(records)
@@ -235,26 +357,28 @@ class AuditWriter:
                 if attempt < len(_BACKOFF):
                     time.sleep(_BACKOFF[attempt])
                 continue
-            with self._cond:
-                self.delivered += len(chained)
-            self._export(chained)
+            self._committed(chained)
             return
         if len(records) == 1:
             with self._cond:
-                self.dropped += 1
+                self._drop(records[0], "refused", last_error)
             return
         for record in records:
             try:
                 store = self._store or self._open()
-                chained = store.append([record])
+                chained = store.append(self._declared([record]))
             except Exception as exc:
                 report_internal_error(exc, "audit.append")
                 with self._cond:
-                    self.dropped += 1
+                    self._drop(record, "refused", str(exc))
                 continue
-            with self._cond:
-                self.delivered += len(chained)
-            self._export(chained)
+            self._committed(chained)
+
+    def _committed(self, chained: list[dict[str, Any]]) -> None:
+        self._settle_gaps(chained)
+        with self._cond:
+            self.delivered += len(chained)
+        self._export(chained)
 
     def _export(self, chained: list[dict[str, Any]]) -> None:
         for exporter in self._exporters:
@@ -316,8 +440,10 @@ class AuditWriter:
             self._closed = True
             self._stopping = True
             if not flushed:
-                self.dropped += len(self._queue)
+                for _, record, _ in self._queue:
+                    self._drop(record, "closed")
                 self._queue.clear()
+                self._low = 0
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0 if flushed else 0.1)
