@@ -12,6 +12,11 @@ Claude Code or a raw model client:
 - ``properties.message``: ``role`` of a message step;
 - ``properties.framework``: ``name`` of the integration and the framework's own ids
   (``run_id``, ``thread_id``, ``node``, ...), which policies may read but rarely need;
+- ``properties.exec.shell`` of a ``step.exec`` whose command (``properties.exec.command``
+  or ``input.command``) is a string: the parsed view of the command line
+  (`charter._policy.shell.shell_view`), built here once for every integration;
+- ``properties.target.credential``: true on a ``step.resource GET`` whose target path
+  (``target.path``, ``target.resolved_path``; a glob counts) names a credential path;
 - ``input.messages`` of a model step: ``[{role, content, ...}]`` with role ``system``,
   ``user``, ``assistant`` or ``tool``, only those new since the model's last turn.
 
@@ -26,6 +31,7 @@ from typing import Any
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
 from charter._model.capture import capture
+from charter._policy.shell import is_credential_path, shell_view
 
 __all__ = [
     "ROLES",
@@ -92,7 +98,35 @@ def tool_step(
     tool.update(_group(name=name, call_id=call_id, description=description))
     props["tool"] = tool
     props["framework"] = _framework(framework, ids)
-    return Step(kind, verb, name, {str(k): v for k, v in (args or {}).items()}, props)
+    data = {str(k): v for k, v in (args or {}).items()}
+    if kind == "step.exec":
+        _add_shell_view(props, data)
+    elif kind == "step.resource" and verb == "GET":
+        _mark_credential(props)
+    return Step(kind, verb, name, data, props)
+
+
+def _add_shell_view(props: dict[str, Any], data: Mapping[str, Any]) -> None:
+    ex = props.get("exec")
+    ex = dict(ex) if isinstance(ex, Mapping) else {}
+    command = ex.get("command")
+    if not isinstance(command, str):
+        command = data.get("command")
+    if isinstance(command, str):
+        ex["shell"] = shell_view(command)
+        props["exec"] = ex
+
+
+def _mark_credential(props: dict[str, Any]) -> None:
+    target = props.get("target")
+    if not isinstance(target, Mapping):
+        return
+    for key in ("path", "resolved_path"):
+        values = target.get(key)
+        for value in values if isinstance(values, list) else [values]:
+            if isinstance(value, str) and is_credential_path(value):
+                props["target"] = {**target, "credential": True}
+                return
 
 
 def _check_role(role: str) -> None:
