@@ -122,16 +122,18 @@ _GIT_NETWORK = frozenset(
 )
 
 CREDENTIAL_PATHS: tuple[str, ...] = (
-    "~/.ssh", "~/.ssh/*", "**/id_rsa*", "**/id_dsa*", "**/id_ecdsa*", "**/id_ed25519*",
-    "~/.aws", "~/.aws/*", "~/.config/gcloud", "~/.config/gcloud/*", "~/.azure", "~/.azure/*",
-    "~/.kube/config", "~/.docker/config.json", "~/.netrc", "~/.git-credentials", "~/.pgpass",
-    "~/.pypirc", "~/.npmrc", "~/.gnupg", "~/.gnupg/*", "~/.password-store", "~/.vault-token",
-    "~/.config/gh/hosts.yml", "~/.terraform.d/credentials.tfrc.json", "**/.env", "**/.envrc",
-    "**/.env.local", "**/.env.production", "**/.env.prod", "**/.env.development", "**/.env.dev",
+    "**/.ssh", "**/.ssh/*", "**/id_rsa*", "**/id_dsa*", "**/id_ecdsa*", "**/id_ed25519*",
+    "**/.aws", "**/.aws/*", "**/.config/gcloud", "**/.config/gcloud/*", "**/.azure",
+    "**/.azure/*", "**/.kube/config", "**/.docker/config.json", "**/.netrc",
+    "**/.git-credentials", "**/.pgpass", "**/.pypirc", "**/.npmrc", "**/.gnupg", "**/.gnupg/*",
+    "**/.password-store", "**/.vault-token", "**/.config/gh/hosts.yml",
+    "**/.terraform.d/credentials.tfrc.json", "**/.env", "**/.envrc", "**/.env.local",
+    "**/.env.production", "**/.env.prod", "**/.env.development", "**/.env.dev",
     "**/.env.staging", "**/.env.test", "**/*.pem", "**/*.key", "**/credentials.json",
     "/etc/shadow", "/etc/gshadow", "/etc/sudoers",
 )  # fmt: skip
-"""Credential paths (shell globs; ``~`` is any home directory, ``**/`` any directory)."""
+"""Credential paths (shell globs; ``**/`` is any directory, the home directory included:
+the parser cannot know which directory is home, so ``.ssh`` or ``.aws`` anywhere counts)."""
 
 _READERS = frozenset(
     {"cat", "tac", "less", "more", "head", "tail", "nl", "od", "xxd", "hexdump", "strings",
@@ -249,7 +251,7 @@ class _Scanner:
         self.n = len(text)
         self.i = 0
         self.depth = depth
-        self.heredocs: list[tuple[str, bool, bool, list[str | None]]] = []
+        self.heredocs: list[tuple[str, bool, bool, list[Any]]] = []
         self.peeked: tuple[str, Any] | None = None
 
     # ---- low level ----
@@ -334,7 +336,7 @@ class _Scanner:
         text = delim.literal()
         if text is None:
             text = "".join(str(v) for k, v in delim.parts if k == "lit")
-        box: list[str | None] = [None]
+        box: list[Any] = [None]
         self.heredocs.append((text, delim.quoted, op == "<<-", box))
         return ("heredoc", (op, box, delim.quoted))
 
@@ -353,6 +355,8 @@ class _Scanner:
                     break
                 lines.append(line)
             box[0] = "\n".join(lines) + "\n"
+            if not _quoted and ("$" in box[0] or "`" in box[0]):
+                box.append(_substitutions(box[0], self.depth + 1))
         self.heredocs = []
 
     def finish(self) -> None:
@@ -627,6 +631,23 @@ class _Scanner:
         return items
 
 
+def _substitutions(text: str, depth: int) -> list[Any]:
+    """The command substitutions in expanding text (an unquoted here-document body)."""
+    scanner = _Scanner(text, depth)
+    found = _Word()
+    while scanner.i < scanner.n:
+        ch = scanner.s[scanner.i]
+        if ch == "\\":
+            scanner.i += 2
+        elif ch == "$":
+            scanner._dollar(found, quoted=True)
+        elif ch == "`":
+            found.add("sub", scanner._backtick())
+        else:
+            scanner.i += 1
+    return [value for kind, value in found.parts if kind == "sub"]
+
+
 def _is_name(text: str) -> bool:
     return (
         bool(text)
@@ -750,7 +771,7 @@ class _Parser:
                 break
         return _Simple(words, assigns, redirs)
 
-    def _pending_heredoc(self, redirs: list[Any], index: int, box: list[str | None]) -> None:
+    def _pending_heredoc(self, redirs: list[Any], index: int, box: list[Any]) -> None:
         # the body is read at the next newline; the redirection keeps the box to read later
         redirs[index] = (redirs[index][0], None, box)
 
@@ -1091,7 +1112,7 @@ _WRAPPERS = frozenset(
     {"command", "builtin", "env", "sudo", "doas", "nice", "nohup", "time", "timeout", "xargs",
      "exec", "stdbuf", "ionice", "chroot", "flock", "setsid", "unbuffer", "caffeinate", "chronic",
      "watch", "taskset", "strace", "ltrace", "torsocks", "proxychains", "proxychains4", "noglob",
-     "nocorrect", "runuser", "fakeroot", "firejail", "busybox", "then", "do", "else"}
+     "nocorrect", "runuser", "su", "fakeroot", "firejail", "busybox", "then", "do", "else"}
 )  # fmt: skip
 
 
@@ -1153,6 +1174,10 @@ def _simple(
     for op, target, box in cmd.redirs:
         if target is None:
             body = box[0] if isinstance(box, list) else None
+            subs: list[Any] = box[1] if isinstance(box, list) and len(box) > 1 else []
+            for sub in subs:
+                st.flags.add("substitution")
+                _walk(sub, env.copy(), st, depth + 1, via="substitution")
             redirects.append((op, "<here-document>"))
             stdin_text = body
             stdin_from = "here-document"
@@ -1361,6 +1386,11 @@ def _judge_command(
         else:
             _inline_shell(code, False, env, st, depth, "eval")
     elif program in ("source", "."):
+        if len(args) > 1 and args[1] in ("/dev/stdin", "/proc/self/fd/0", "/dev/fd/0", "-"):
+            if c.stdin_text is not None:
+                _inline_shell(c.stdin_text, False, env, st, depth, f"{program} /dev/stdin")
+            else:
+                st.flags.add("eval")
         if c.dynamic or any("$(…)" in a for a in args):
             st.flags.add("eval")
             _fed_flags(c, st)
@@ -1378,8 +1408,11 @@ def _judge_command(
         recursive = bool(opts & {"-r", "-R", "--recursive"}) or program in ("rmdir",)
         if program == "rm" and recursive:
             targets = [k for k in operands]
-            if from_xargs and feeders:
-                _xargs_targets(c, st, feeders[-1], "rm -r")
+            if from_xargs:
+                if feeders:
+                    _xargs_targets(c, st, feeders[-1], "rm -r")
+                else:
+                    st.deletes.append(("xargs rm -r", "$(stdin)", c.cwd))
             for k in targets:
                 _delete(st, c, "rm -r", k)
     elif program == "find":
@@ -1397,11 +1430,8 @@ def _judge_command(
 
 def _xargs_targets(c: ShellCommand, st: _State, feeder: ShellCommand, how: str) -> None:
     if feeder.program == "find":
-        starts = _find_starts(feeder.argv) or ["."]
-        for s in starts:
-            st.deletes.append((how, s + "/*" if s != "/" else "/*", c.cwd))
-            if s in ("/", "~") or (s.startswith("/") and s.count("/") == 1):
-                st.deletes.append((how, s, c.cwd))
+        for s in _find_starts(feeder.argv) or ["."]:
+            st.deletes.append((how, _below(s), c.cwd))
     elif (
         feeder.program in ("git", "ls", "grep", "rg", "fd", "echo", "printf", "cat")
         and not feeder.dynamic
@@ -1418,6 +1448,11 @@ def _xargs_targets(c: ShellCommand, st: _State, feeder: ShellCommand, how: str) 
             st.deletes.append((how, "$(stdin)", c.cwd))
     else:
         st.deletes.append((how, "$(stdin)", c.cwd))
+
+
+def _below(start: str) -> str:
+    """What find reaches under `start` (its start directory itself is never deleted)."""
+    return start.rstrip("/") + "/**"
 
 
 def _find_starts(argv: tuple[str, ...]) -> list[str]:
@@ -1439,7 +1474,7 @@ def _judge_find(c: ShellCommand, env: _Env, st: _State, depth: int, opts: set[st
         a = args[k]
         if a == "-delete":
             for s in starts:
-                st.deletes.append(("find -delete", s, c.cwd))
+                st.deletes.append(("find -delete", _below(s), c.cwd))
         elif a in ("-exec", "-execdir", "-ok", "-okdir"):
             j = k + 1
             while j < len(args) and args[j] not in (";", "+"):
@@ -1477,7 +1512,7 @@ def _judge_exec_argv(
     st.commands.append(record)
     if program in ("rm", "shred", "unlink", "rmdir", "srm"):
         for s in starts:
-            st.deletes.append(("find -exec " + program, s, parent.cwd))
+            st.deletes.append(("find -exec " + program, _below(s), parent.cwd))
     elif program in SHELLS or _family(program) in INTERPRETERS:
         _judge_interpreter(record, env, st, depth, [], None, 0)
     elif program in NETWORK_PROGRAMS:
@@ -1509,8 +1544,12 @@ def _git_subcommand(args: tuple[str, ...]) -> str:
 def _judge_git(c: ShellCommand, st: _State) -> None:
     args = c.argv
     sub = _git_subcommand(args)
-    if sub == "clean" and any(
-        a.startswith("-") and "f" in a and "d" in a for a in args[2:] if not a.startswith("--")
+    if (
+        sub == "clean"
+        and c.cwd is not None
+        and any(
+            a.startswith("-") and "f" in a and "d" in a for a in args[2:] if not a.startswith("--")
+        )
     ):
         st.deletes.append(("git clean", ".", c.cwd))
 
@@ -1602,10 +1641,13 @@ def _judge_interpreter(
     if position > 0 and feeders:
         source = feeders[-1]
         upstream = list(feeders)
+        known = False
         if any(f.program in NETWORK_PROGRAMS or f.program == "/dev/tcp" for f in upstream):
             st.flags.add("remote_exec")
+            known = True
         if any(_is_decoder(f) for f in upstream):
             st.flags.add("decode_exec")
+            known = True
         if source.program == "cat" and len(source.argv) == 1 and source.stdin_text is not None:
             if program in SHELLS:
                 _inline_shell(source.stdin_text, False, env, st, depth, f"cat | {program}")
@@ -1619,7 +1661,7 @@ def _judge_interpreter(
                 _inline_shell(text, False, env, st, depth, f"echo | {program}")
             else:
                 _inline_code(text, family, st, c)
-        else:
+        elif not known:
             st.flags.add("stdin_exec")
         return
     if c.stdin == "file":
@@ -1865,9 +1907,11 @@ def is_credential_path(path: str, cwd: str | None = None) -> bool:
         for pattern in CREDENTIAL_PATHS:
             if pattern.startswith("**/"):
                 tail = pattern[3:]
-                name = form.rpartition("/")[2]
-                if _glob_match(tail, name) or (has_glob and _glob_match(name, tail)):
-                    return True
+                parts = form.split("/")[-8:]
+                for k in range(len(parts)):
+                    suffix = "/".join(parts[k:])
+                    if _glob_match(tail, suffix) or (has_glob and _glob_match(suffix, tail)):
+                        return True
                 if has_glob and "/" in form and _glob_match(form, "x/" + tail):
                     return True
             else:

@@ -1,5 +1,5 @@
 """Built-in rules; importing this package registers them."""
 
-from charter._policy.rules import basic, compound, guards, history, registration
+from charter._policy.rules import basic, compound, guards, history, registration, shell
 
-__all__ = ["basic", "compound", "guards", "history", "registration"]
+__all__ = ["basic", "compound", "guards", "history", "registration", "shell"]
