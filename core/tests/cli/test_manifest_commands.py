@@ -31,7 +31,7 @@ def test_check_passes_good_files_and_names_every_error(
         ("check", str(policy_file), str(tmp_path / "broken.yaml"), str(tmp_path / "gone.yaml")),
     )
     assert good.code == 0, good
-    assert "cli-test v1, 2 policies" in good.out and "coding-agent v1, 16 policies" in good.out
+    assert "cli-test v1, 2 policies" in good.out and "coding-agent v1, 18 policies" in good.out
     assert bad.code == 1, bad
     assert "broken.yaml: policy 'typo' (rule field_matches): params.pattern: required" in bad.out
     assert "params.patern: unknown key" in bad.out

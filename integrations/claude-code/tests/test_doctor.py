@@ -25,7 +25,7 @@ def test_a_good_install_passes(project, policy, hook_env):
     code, text = _doctor(project, settings, hook_env)
     assert code == 0, text
     assert "ok   hook PreToolUse" in text
-    assert "ok   policies: enforcing 12 from" in text
+    assert "ok   policies: enforcing 14 from" in text
     assert "ok   audit store: sqlite:///" in text
     assert "is governed by Charter" in text
 
@@ -57,7 +57,7 @@ def test_a_command_that_cannot_run_or_load_fails(project, policy, tmp_path, hook
     mine.write_text("name: x\nversion: 1\npolicies: []\n")
     code, text = _doctor(project, settings, hook_env)
     # Pinned: the emptied file does not govern; the trusted set stays in force, and says so.
-    assert code == 0 and "ok   policies: enforcing 12" in text
+    assert code == 0 and "ok   policies: enforcing 14" in text
     assert "warn pins: the policy files changed since they were trusted" in text
     shutil.rmtree(project / ".charter" / "claude-code" / "trusted")
     code, text = _doctor(project, settings, hook_env)

@@ -181,8 +181,12 @@ def test_a_hook_registered_twice_judges_and_records_once(claude, audit):
 
 
 def test_mcp_tools_map_through_the_generic_rules(claude, audit):
+    # the example policy asks before an MCP tool whose name says it deletes; once the user
+    # approves, the call runs and is recorded with the generic mapping
+    claude.approve = lambda name, tool_input: True
     run = claude.tool("mcp__github__delete_repository", {"repo": "acme/site"})
-    assert run.pre.json() == {} and run.ran
+    assert run.pre.permission == "ask" and "destructive-mcp-tools-ask" in run.pre.reason
+    assert run.ran
     step = audit.records("sess-1")[-1]
     assert (step["kind"], step["verb"]) == ("step.resource", "DELETE")
     assert step["properties"]["tool"]["server"] == "github"

@@ -1,6 +1,8 @@
 """A task driven through a real PolicyEngine the way the Governor drives one.
 
-`Session` builds each tool call with charter-templates (as every integration does), judges
+`Session` builds each tool call with charter-templates and core's step builder
+(`charter.integration.tool_step`, which adds the parsed view of shell commands), as every
+integration does through `Gate.tool_step`, judges
 it, and records what the Governor would record: an allowed step's outcome, a blocked step as
 blocked, and for an asked step nothing, unless the test approves it (a step.gate bound to the
 step's name and input, exactly as `Governor.record_approval` writes it).
@@ -15,6 +17,7 @@ import pytest
 from charter import Behavior, Decision, EvalContext, EvalResult, PolicyEngine, canonical_digest
 
 # Fails any test in which Charter swallowed an internal error.
+from charter.integration import tool_step
 from charter.testing import charter_internal_errors  # noqa: F401
 from charter_baseline import load_baseline_policies
 from charter_templates import resolve
@@ -78,22 +81,20 @@ class Session:
 
     def tool(self, name: str, args: dict[str, Any] | None = None, output: Any = None) -> EvalResult:
         """A tool call, mapped to kind, verb and properties by the templates."""
-        kind, verb, properties, _ = resolve(self.integration, name, args or {})
-        b = self._behavior(kind, verb, name, input=args or {}, properties=properties)
-        return self.judge(b, output)
+        return self.judge(self._step(self.integration, name, args or {}), output)
+
+    def _step(self, integration: str, name: str, args: dict[str, Any]) -> Behavior:
+        kind, verb, properties, _ = resolve(integration, name, args)
+        step = tool_step(integration, name, args, kind=kind, verb=verb, properties=properties)
+        return self._behavior(kind, verb, name, input=step.input, properties=step.properties)
 
     def bash(self, command: str, output: Any = None) -> EvalResult:
         """A shell command as Claude Code's Bash tool sends it."""
-        kind, verb, properties, _ = resolve("claude_code", "Bash", {"command": command})
-        b = self._behavior(kind, verb, "Bash", input={"command": command}, properties=properties)
-        return self.judge(b, output)
+        return self.judge(self._step("claude_code", "Bash", {"command": command}), output)
 
     def claude(self, tool: str, args: dict[str, Any], output: Any = None) -> EvalResult:
         """Any Claude Code tool call."""
-        kind, verb, properties, _ = resolve("claude_code", tool, args)
-        return self.judge(
-            self._behavior(kind, verb, tool, input=args, properties=properties), output
-        )
+        return self.judge(self._step("claude_code", tool, args), output)
 
     def user(self, text: str) -> EvalResult:
         """The user's own request: a trusted step.message GET with role user."""
