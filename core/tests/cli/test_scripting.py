@@ -182,6 +182,8 @@ def test_piped_output_is_plain_aligned_text(cli: Any, demo_run: Any) -> None:
     store = str(demo_run.store)
     runs = cli.all(
         ("tasks", "--store", store),
+        ("replay", "--policy", "baseline:tool-agent", "--all", "--store", store),
+        ("status", "--policy", "baseline:tool-agent", "--store", store),
         ("rules",),
         ("settings",),
         ("baseline", "list"),
@@ -281,3 +283,40 @@ def test_show_nests_steps_and_prints_failed_steps_errors(cli: Any, nested_store:
         "failed" in deploy and "error: RuntimeError: the deploy target refused the upload" in deploy
     )
     assert "blocked by policy 'no-rm'" in lines[shell]
+
+
+def test_shell_completion_completes_commands_and_choices(cli: Any) -> None:
+    script, commands, states = cli.all(
+        (("--help",), {"env": {"_CHARTER_COMPLETE": "bash_source"}}),
+        (
+            (),
+            {
+                "env": {
+                    "_CHARTER_COMPLETE": "bash_complete",
+                    "COMP_WORDS": "charter rep",
+                    "COMP_CWORD": "1",
+                }
+            },
+        ),
+        (
+            (),
+            {
+                "env": {
+                    "_CHARTER_COMPLETE": "bash_complete",
+                    "COMP_WORDS": "charter tasks --state ",
+                    "COMP_CWORD": "3",
+                }
+            },
+        ),
+    )
+    assert "complete -o nosort -F" in script.out and "_charter_completion" in script.out
+    assert {"plain,replay", "plain,report"} <= set(commands.out.split())
+    assert set(states.out.split()) == {"plain,open", "plain,closed"}
+
+
+def test_report_prints_json(cli: Any, demo_run: Any) -> None:
+    run = cli("report", "--json", "--store", str(demo_run.store), "-o", "r.html")
+    assert run.code == 0, run
+    written = json.loads(run.out)
+    assert written["tasks"] == 2 and written["records"] == 22 and written["verified"] is True
+    assert written["url"].startswith("file://") and written["bytes"] > 10_000

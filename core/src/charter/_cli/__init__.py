@@ -915,6 +915,7 @@ def _break_text(b: Any) -> str:
     help="Where to write the report.",
 )
 @click.option("--open", "open_it", is_flag=True, help="Open the report in a web browser.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was written as JSON.")
 def report(
     store: str | None,
     agent: str | None,
@@ -922,6 +923,7 @@ def report(
     since: str | None,
     output: Path,
     open_it: bool,
+    as_json: bool,
 ) -> None:
     """Write the audit trail as one self-contained HTML file to look at in a browser.
 
@@ -954,14 +956,26 @@ def report(
     summary = data["summary"]
     tasks_n, records_n = len(summary["tasks"]), len(summary["steps"])
     chains = "every chain verified" if summary["verification"]["ok"] else "a chain is BROKEN"
-    click.echo(f"wrote {output} ({tasks_n} tasks, {records_n} records, {chains})")
     url = output.absolute().as_uri()
+    if as_json:
+        _echo_json(
+            {
+                "output": str(output),
+                "url": url,
+                "bytes": output.stat().st_size,
+                "tasks": tasks_n,
+                "records": records_n,
+                "verified": summary["verification"]["ok"],
+            }
+        )
+    else:
+        click.echo(f"wrote {output} ({tasks_n} tasks, {records_n} records, {chains})")
     if open_it:
         import webbrowser
 
         if not webbrowser.open(url):
-            click.echo(f"no browser found; open {url}")
-    else:
+            click.echo(f"no browser found; open {url}", err=as_json)
+    elif not as_json:
         click.echo(f"open it: {url}")
 
 

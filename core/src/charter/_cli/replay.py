@@ -237,7 +237,25 @@ def _print_report(
         markup=False,
     )
     rows = results if options.show_all else changed
-    if rows:
+    if rows and not out.is_terminal:
+        from charter._cli._common import plain_table
+
+        plain = [
+            [
+                c.task_id[:12],
+                str(c.seq),
+                f"{c.kind} {c.step_name}",
+                c.old + (f" ({c.answered})" if c.answered else ""),
+                c.new,
+                short_reason(c.new_reason) if c.new != "allow" else "",
+            ]
+            for c in rows
+        ]
+        headers = ["task", "seq", "step", "was", "now", "why now"]
+        out.print(
+            plain_table(headers, plain, ("seq",)), markup=False, highlight=False, soft_wrap=True
+        )
+    elif rows:
         table = Table()
         for column in ("task", "seq", "step", "was", "now", "why now"):
             table.add_column(column, no_wrap=column not in ("why now",))

@@ -138,18 +138,28 @@ def print_status(report: dict[str, Any], out: Console) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(
-        title="Settings (keyword > CHARTER_* environment > default)", title_justify="left"
-    )
-    for column in ("setting", "value", "from", "environment variable"):
-        table.add_column(column, no_wrap=column != "value")
-    for row in report["settings"]:
-        origin = row["origin"]
-        style = "" if origin == "default" else "bold"
-        table.add_row(
-            Text(row["name"]), Text(str(row["value"])), Text(origin, style=style), Text(row["env"])
-        )
-    out.print(table)
+    title = "Settings (keyword > CHARTER_* environment > default)"
+    if not out.is_terminal:
+        from charter._cli._common import plain_table
+
+        rows = [[r["name"], str(r["value"]), r["origin"], r["env"]] for r in report["settings"]]
+        headers = ["setting", "value", "from", "environment variable"]
+        out.print(title, markup=False)
+        out.print(plain_table(headers, rows), markup=False, highlight=False, soft_wrap=True)
+    else:
+        table = Table(title=title, title_justify="left")
+        for column in ("setting", "value", "from", "environment variable"):
+            table.add_column(column, no_wrap=column != "value")
+        for row in report["settings"]:
+            origin = row["origin"]
+            style = "" if origin == "default" else "bold"
+            table.add_row(
+                Text(row["name"]),
+                Text(str(row["value"])),
+                Text(origin, style=style),
+                Text(row["env"]),
+            )
+        out.print(table)
 
     out.print("[bold]Policies[/bold]")
     p = report["policies"]
