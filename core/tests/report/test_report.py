@@ -8,9 +8,13 @@ import json
 import re
 import shutil
 import sqlite3
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+from charter import Governor, Runner, StoreError
+from charter._audit.sqlite import SQLiteStore
 from charter._cli.report import step_tree
 
 Built = Any  # the conftest's Built: store, html, run
@@ -176,3 +180,30 @@ def test_a_tampered_chain_is_shown_broken(demo_report: Built, tmp_path: Path, ch
     assert not summary["verification"]["ok"]
     broken = [t for t in summary["tasks"] if not t["verified"]]
     assert [t["agent"] for t in broken] == ["demo-coder"] and "edited" in broken[0]["break"]
+
+
+class _RefusingStore(SQLiteStore):
+    """A real SQLite store that refuses every batch holding a step named `refused`."""
+
+    def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        if any(e.get("step_name") == "refused" for e in entries):
+            raise StoreError("audit store test refused the record: disk quota exceeded")
+        return super().append(entries)
+
+
+@pytest.mark.allow_internal_errors
+def test_a_dropped_record_is_shown_as_a_gap_with_its_cause(tmp_path: Path, charter: Any) -> None:
+    gov = Governor(Runner(policies=[], store=_RefusingStore(tmp_path / "gaps.db")))
+    with gov.task("t"):
+        gov.begin_step("step.exec", name="ls", input={}).complete()
+        assert gov.flush(10)
+        gov.begin_step("step.exec", name="refused", input={}).complete()
+        assert gov.flush(10)
+        gov.begin_step("step.exec", name="pwd", input={}).complete()
+    gov.close()
+    run = charter("report", "--store", str(tmp_path / "gaps.db"), "-o", "g.html", cwd=tmp_path)
+    assert run.code == 0 and "every chain verified" in run.out, run
+    summary = blocks((tmp_path / "g.html").read_text(encoding="utf-8"))["charter-summary"]
+    assert [(g["first"], g["last"], g["cause"]) for g in summary["gaps"]] == [(3, 3, "refused")]
+    assert "disk quota exceeded" in summary["gaps"][0]["detail"]
+    assert summary["tasks"][0]["gaps"] == 1 and summary["tasks"][0]["verified"]

@@ -19,6 +19,11 @@ from typing import Any
 
 import pytest
 
+try:
+    from playwright.sync_api import expect
+except ImportError:  # the browser fixture fails with how to install it
+    expect = None
+
 # Only the test of this very rule points it elsewhere.
 CHROMIUM = Path(os.environ.get("CHARTER_TEST_CHROMIUM", "/usr/bin/chromium"))
 FLAGS = [
@@ -142,14 +147,14 @@ def test_the_overview_shows_agents_decisions_approvals_and_verification(demo_pag
 def test_a_task_filtered_to_blocked_steps_shows_why_they_were_blocked(demo_page: Page) -> None:
     page = demo_page.page
     page.click("header nav >> text=Tasks")
-    assert page.locator("#task-list tr.click").count() == 2
+    expect(page.locator("#task-list tr.click")).to_have_count(2)
     demo_page.shot("tasks")
     page.click("#task-list >> text=coding_agent_session")
     assert page.locator("#task-title").inner_text().startswith("coding_agent_session")
-    assert page.locator("#timeline .step").count() == 12
+    expect(page.locator("#timeline .step")).to_have_count(12)
     page.select_option("select[name=decision]", "block")
     steps = page.locator("#timeline .step")
-    assert steps.count() == 2
+    expect(steps).to_have_count(2)
     assert page.locator("#timeline [data-count]").inner_text() == "2 of 12 records match"
     assert all(
         d == "block" for d in (steps.nth(i).get_attribute("data-decision") for i in range(2))
@@ -168,7 +173,7 @@ def test_search_finds_the_approved_step_and_who_approved_it(demo_page: Page) -> 
     page.click("#task-list >> text=coding_agent_session")
     page.fill("input[name=q]", "--force")
     steps = page.locator("#timeline .step")
-    assert steps.count() >= 1
+    steps.first.wait_for()
     push = steps.filter(has_text="approved").first
     push.locator("summary").click()
     detail = push.locator(".detail").inner_text()
@@ -188,17 +193,17 @@ def test_every_blocked_step_across_agents_leads_to_its_task(demo_page: Page) -> 
     page.click("header nav >> text=Steps")
     page.select_option("select[name=decision]", "block")
     rows = page.locator("#step-list tr.click")
-    assert rows.count() == 3
+    expect(rows).to_have_count(3)
     assert {rows.nth(i).locator("td").nth(1).inner_text() for i in range(3)} == {
         "demo-coder",
         "demo-assistant",
     }
     page.select_option("select[name=agent]", "demo-assistant")
-    assert rows.count() == 1
+    expect(rows).to_have_count(1)
     demo_page.shot("steps-blocked")
     rows.first.click()
     opened = page.locator("#timeline details.step[open]")
-    assert opened.count() == 1
+    expect(opened).to_have_count(1)
     assert "message-recipients-from-the-user" in opened.inner_text()
     assert "denied by demo-approver (scripted)" in opened.inner_text()
     demo_page.shot("steps-to-task")
@@ -213,13 +218,13 @@ def test_hostile_records_are_shown_as_text_and_never_run(
     page.click("header nav >> text=Tasks")
     page.click("#task-list tr.click")
     steps = page.locator("#timeline .step")
-    assert steps.count() == 6
+    expect(steps).to_have_count(6)
     for i in range(6):
         steps.nth(i).locator("summary").click()
         steps.nth(i).locator(".detail").wait_for()
     text = page.locator("#timeline").inner_text()
     assert page.evaluate("typeof window.__pwned") == "undefined"
-    assert page.locator("#timeline img, #timeline b, #timeline script").count() == 0
+    expect(page.locator("#timeline img, #timeline b, #timeline script")).to_have_count(0)
     assert hostile[0] in text and hostile[1] in text and "<b>bold</b>" in text
     error = page.locator("#timeline .error")
     assert error.inner_text() == "RuntimeError: deploy failed: " + hostile[1]

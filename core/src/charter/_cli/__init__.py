@@ -862,6 +862,7 @@ def verify(file: str | None, store: str | None, task: str | None, as_json: bool)
                 "chains": report.chains_checked,
                 "records": report.steps_checked,
                 "breaks": [dataclasses.asdict(b) for b in report.breaks],
+                "gaps": [g.to_dict() for g in report.gaps],
                 "warnings": list(report.warnings),
             }
         )

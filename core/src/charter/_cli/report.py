@@ -190,14 +190,28 @@ def step_tree(records: list[dict[str, Any]]) -> list[Any]:
     return root
 
 
-def _gaps(agent: str, task: str, records: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Missing seq ranges of one chain (records that should be there and are not)."""
+def _gaps(
+    agent: str, task: str, records: Iterable[Mapping[str, Any]], declared: Mapping[Any, Any]
+) -> list[dict[str, Any]]:
+    """Missing seq ranges of one chain (records that should be there and are not), each with
+    the cause its declaration gives (`declared`: verify's gaps by (agent, task, first seq));
+    a hole nobody declared has cause "undeclared" (verify reports it as a break)."""
     seqs = sorted({r["seq"] for r in records if isinstance(r.get("seq"), int)})
     gaps = []
     expected = 1
     for seq in seqs:
         if seq > expected:
-            gaps.append({"agent": agent, "task": task, "first": expected, "last": seq - 1})
+            known = declared.get((agent, task, expected))
+            gaps.append(
+                {
+                    "agent": agent,
+                    "task": task,
+                    "first": expected,
+                    "last": seq - 1,
+                    "cause": known.cause if known is not None else "undeclared",
+                    "detail": known.detail if known is not None else "",
+                }
+            )
         expected = max(expected, seq + 1)
     return gaps
 
@@ -229,6 +243,7 @@ def collect_report(store: AuditStore, wanted: ReportFilter, generated: datetime)
     summaries = _select(store.list_tasks(wanted.agent), wanted)
     one = {s.task_id for s in summaries}
     report = store.verify(one.pop() if wanted.task and len(one) == 1 else None)
+    declared = {(g.agent_id, g.task_id, g.first): g for g in report.gaps}
     broken: dict[tuple[str, str], str] = {}
     for b in report.breaks:
         broken.setdefault((b.agent_id, b.task_id), f"seq {b.seq}: {b.reason}: {b.detail}")
@@ -339,7 +354,7 @@ def collect_report(store: AuditStore, wanted: ReportFilter, generated: datetime)
                     "" if decision in ("", "allow") else _short(verdict.get("reason"), 300),
                 ]
             )
-        chain_gaps = _gaps(summary.agent_id, summary.task_id, records)
+        chain_gaps = _gaps(summary.agent_id, summary.task_id, records, declared)
         for gap in chain_gaps:
             gap["task_index"] = t_index
         gaps.extend(chain_gaps)
