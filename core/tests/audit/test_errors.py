@@ -93,6 +93,34 @@ def test_sqlite_file_of_another_application(tmp_path: Path) -> None:
         verify(path)
 
 
+def test_sqlite_store_created_by_another_process_while_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another process finishes creating the schema between this opener's first look at the
+    # file and its next one: the store is Charter's, and opening it must succeed.
+    path = tmp_path / "audit.db"
+    real_connect = sqlite3.connect
+    created: list[SQLiteStore] = []
+
+    def connect(*args: Any, **kwargs: Any) -> sqlite3.Connection:
+        conn = real_connect(*args, **kwargs)
+        if created:
+            return conn
+
+        def between_statements(statement: str) -> None:
+            if not created and "sqlite_master" in statement:
+                created.append(SQLiteStore(path))
+
+        conn.set_trace_callback(between_statements)
+        return conn
+
+    monkeypatch.setattr(sqlite3, "connect", connect)
+    store = SQLiteStore(path)
+    assert created, "the other opener never ran"
+    store.close()
+    created[0].close()
+
+
 def test_file_that_is_not_sqlite(tmp_path: Path) -> None:
     path = tmp_path / "notes.db"
     path.write_text("these are my notes, not a database\n" * 10)

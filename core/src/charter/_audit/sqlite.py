@@ -167,10 +167,14 @@ class SQLiteStore:
         conn.execute("PRAGMA synchronous = FULL")
 
     def _is_charter(self, conn: sqlite3.Connection) -> bool:
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        # One statement is one read snapshot: read separately, another process creating the
+        # schema in between made a new store look like a foreign database.
+        application_id, tables = conn.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id()),"
+            " (SELECT count(*) FROM sqlite_master)"
+        ).fetchone()
         if application_id == APPLICATION_ID:
             return True
-        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         if application_id != 0 or tables:
             raise StoreError(
                 f"{self._path} is an SQLite database but not a Charter audit store; "
