@@ -45,7 +45,7 @@ def test_capture_maps_common_python_values_faithfully() -> None:
     assert out["when"] == "2026-01-02T03:04:05+00:00"
     assert out["amount"] == "12.50"
     assert out["id"] == "00000000-0000-0000-0000-000000000001"
-    assert out["raw"] == "AAE="
+    assert out["raw"] == "\x00\x01"  # bytes read as the text a tool would act on
     assert out["big"] == str(2**70)
     assert out["nan"] == "nan"
     assert out["set"] == [1, 2, 3]

@@ -6,7 +6,9 @@ verdict can therefore be replayed from the recorded history alone.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -14,9 +16,11 @@ from enum import StrEnum
 from typing import Any, NamedTuple
 
 from charter._model.behavior import CLOSING_KINDS, ActionKind, Behavior
+from charter._model.capture import LOST_MARKS, is_lost
 from charter._model.context import EvalContext, RuleContext
 from charter._model.errors import AgentBindingError, PolicyLoadError, TaskClosedError
 from charter._model.history import TaskHistory
+from charter._model.paths import FieldPath
 from charter._policy.policy import (
     CompiledPolicy,
     EnforcementPoint,
@@ -203,6 +207,7 @@ class PolicyEngine:
     ) -> None:
         self._lock = threading.RLock()
         self._compiled: tuple[CompiledPolicy, ...] = ()
+        self._reads: dict[int, tuple[FieldPath, ...]] = {}
         self._loaded = False
         self._source: str | None = None
         self._applicable: dict[tuple[Any, ...], tuple[CompiledPolicy, ...]] = {}
@@ -229,6 +234,7 @@ class PolicyEngine:
             raise PolicyLoadError([str(p) for p in problems], source or "policy set")
         with self._lock:
             self._compiled = tuple(compiled)
+            self._reads = {id(c): _field_paths(c.prepared) for c in self._compiled}
             self._loaded = True
             self._source = source
             self._applicable.clear()
@@ -324,10 +330,12 @@ class PolicyEngine:
             ctx = RuleContext(context, history)
             results: list[PolicyResult] = []
             applicable = self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
+            lost = _lost_roots(intended)
             last = len(applicable) - 1
             for i, c in enumerate(applicable):
                 if c.selector.matches(intended):
-                    results.append(_judge(c, intended, ctx))
+                    unjudgeable = lost and _unjudgeable(c, self._reads.get(id(c), ()), intended)
+                    results.append(unjudgeable or _judge(c, intended, ctx))
                     if out_of_time is not None and i < last and out_of_time():
                         raise EvaluationDeadline(i + 1, last + 1)
         decision, risk, reason = _aggregate(results)
@@ -576,6 +584,93 @@ def _applies(policy: Policy, context: EvalContext) -> bool:
         if context.risk_classification not in policy.risk_classifications:
             return False
     return _agent_applies(policy, context.agent_id)
+
+
+def _field_paths(prepared: Any) -> tuple[FieldPath, ...]:
+    """The field paths a policy's prepared params hold: what its rule reads."""
+    found: list[FieldPath] = []
+    stack: list[tuple[Any, int]] = [(prepared, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, FieldPath):
+            found.append(value)
+        elif (
+            depth > 8
+            or value is None
+            or isinstance(value, str | bytes | int | float | type | types.ModuleType)
+            or callable(value)
+        ):
+            continue
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack.extend((v, depth + 1) for v in value)
+        elif dataclasses.is_dataclass(value):
+            stack.extend(
+                (getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)
+            )
+        else:
+            for klass in type(value).__mro__:
+                for name in getattr(klass, "__slots__", ()):
+                    stack.append((getattr(value, name, None), depth + 1))
+            stack.extend((v, depth + 1) for v in getattr(value, "__dict__", {}).values())
+    return tuple(found)
+
+
+def _lost_roots(step: Behavior) -> frozenset[str]:
+    """The payload roots of `step` that hold a value capture could not keep."""
+    return frozenset(r for r in ("input", "properties") if is_lost(getattr(step, r)))
+
+
+def _lost_along(path: FieldPath, step: Behavior) -> bool:
+    """Whether the value at `path`, or a container on the way to it, could not be captured
+    (so the field may be hidden in it)."""
+    root = getattr(step, path.root, None)
+    if type(root) is dict and len(root) == 1 and path.steps and path.steps[0] not in root:
+        # A payload that was not an object is wrapped in one key ({"value": ...}): lost
+        # there, it hides every field.
+        (only,) = root.values()
+        if type(only) is str and only.startswith(LOST_MARKS):
+            return True
+    current: list[Any] = [root]
+    for key in path.steps:
+        nxt: list[Any] = []
+        for v in current:
+            if type(v) is str and v.startswith(LOST_MARKS):
+                return True
+            if isinstance(key, str):
+                if type(v) is dict and key in v:
+                    nxt.append(v[key])
+            elif isinstance(key, int):
+                if type(v) is list and -len(v) <= key < len(v):
+                    nxt.append(v[key])
+            elif type(v) is list:
+                nxt.extend(v)
+            elif type(v) is dict:
+                nxt.extend(v.values())
+        current = nxt
+    return any(is_lost(v) for v in current)
+
+
+def _unjudgeable(
+    c: CompiledPolicy, reads: tuple[FieldPath, ...], step: Behavior
+) -> PolicyResult | None:
+    """A blocking result when `c` reads a field Charter could not capture: judging what is
+    left would judge something other than what the tool receives."""
+    for path in reads:
+        if path.root in ("input", "properties") and _lost_along(path, step):
+            p = c.policy
+            return PolicyResult(
+                p.name,
+                p.rule_type,
+                Severity.CRITICAL,
+                True,
+                f"{path.text} could not be captured (see the step's value there), so this policy "
+                "cannot judge the step; Charter blocks what it cannot judge",
+                False,
+                p.description,
+            )
+    return None
 
 
 def _judge(c: CompiledPolicy, view: Any, ctx: RuleContext) -> PolicyResult:

@@ -208,8 +208,22 @@ class Behavior:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Behavior:
-        """Rebuild a behavior from its wire form; chain fields (hash, prev_hash) are ignored."""
+        """Rebuild a behavior from its wire form; chain fields (hash, prev_hash) are ignored.
+
+        Raises ValueError, naming the field, for anything the wire form cannot hold: not an
+        object, a missing task_id, kind or step_name, a timestamp that is not ISO 8601 text,
+        and whatever the constructor refuses.
+        """
+        if not isinstance(data, dict):
+            raise ValueError(f"a behavior must be a JSON object, not {type(data).__name__}")
+        missing = [k for k in ("task_id", "kind", "step_name") if k not in data]
+        if missing:
+            raise ValueError(
+                f"behavior: missing {', '.join(missing)} (required: task_id, kind, step_name)"
+            )
         ts = data.get("timestamp")
+        if ts is not None and not isinstance(ts, str):
+            raise ValueError(f"timestamp must be ISO 8601 text, not {type(ts).__name__}")
         return cls(
             agent_id=data.get("agent_id", ""),
             task_id=data["task_id"],

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import datetime as _dt
 import enum
@@ -15,9 +14,31 @@ from typing import Any
 
 from charter._model.ijson import MAX_SAFE_INT
 
-__all__ = ["capture"]
+__all__ = ["LOST_MARKS", "capture", "capture_noted", "is_lost"]
 
 _TRUNCATED = "…[truncated {n} chars]"
+_MAX_DEPTH = "…[max depth]"
+_UNCAPTURABLE = "…[uncapturable"
+# What a value Charter could not capture becomes: a policy that reads one cannot judge the
+# step (the engine blocks it), and the secret scan cannot see inside it.
+LOST_MARKS = (_MAX_DEPTH, _UNCAPTURABLE)
+
+
+def is_lost(value: Any) -> bool:
+    """Whether `value` is (or holds, anywhere inside) the mark of a value that could not be
+    captured: cut at the depth limit, or uncapturable."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            if v.startswith(LOST_MARKS):
+                return True
+        elif t is dict:
+            stack.extend(v.values())
+        elif t is list:
+            stack.extend(v)
+    return False
 
 
 def capture(
@@ -29,17 +50,46 @@ def capture(
 ) -> Any:
     """Return an I-JSON rendering of `value`; never raises.
 
-    Known types map faithfully (datetimes to ISO text, bytes to base64, Decimal and over-large
-    ints to strings, NaN/Infinity to strings, sets to sorted lists, dataclasses, pydantic models
-    and objects with ``model_dump``/``dict``/``__dict__`` to objects); anything else becomes its
-    ``repr``. Limits cut visibly: a long string ends with ``…[truncated N chars]``, a long
-    collection ends with a ``"…[N more items]"`` marker (a ``"…"`` key for objects), and nesting
-    deeper than `max_depth` becomes ``"…[max depth]"``. Cycles become ``"…[cycle]"``.
+    Known types map faithfully (datetimes to ISO text, bytes to the text they decode to as
+    UTF-8, invalid bytes kept as lone surrogates, Decimal and over-large ints to exact
+    decimal strings, NaN/Infinity to strings, sets to sorted lists, dataclasses, pydantic
+    models and objects with ``model_dump``/``dict``/``__dict__`` to objects); anything else
+    becomes its ``repr``. Limits cut visibly: a long string ends with ``…[truncated N
+    chars]``, a long collection ends with a ``"…[N more items]"`` marker (a ``"…"`` key for
+    objects), and nesting deeper than `max_depth` becomes ``"…[max depth]"``. Cycles become
+    ``"…[cycle]"``. A value that cannot be converted (its ``repr`` raises, say) becomes
+    ``"…[uncapturable <error>]"`` in its place only; the rest is captured (see `is_lost`).
     """
+    return capture_noted(value, max_string=max_string, max_items=max_items, max_depth=max_depth)[0]
+
+
+def capture_noted(
+    value: Any,
+    *,
+    max_string: int | None = None,
+    max_items: int | None = None,
+    max_depth: int | None = 32,
+) -> tuple[Any, dict[str, str]]:
+    """`capture`, and a note per converted bytes value: its path (``command``,
+    ``args[1]``; ``""`` for `value` itself) and how it was read (``bytes as utf-8``)."""
+    run = _Capture(max_string, max_items, max_depth, {})
     try:
-        return _Capture(max_string, max_items, max_depth).run(value, 0, set())
+        return run.run(value, 0, set(), ""), run.notes
     except Exception as exc:  # capture must never fail an agent step
-        return f"…[uncapturable {type(exc).__name__}]"
+        return _lost(exc), run.notes
+
+
+def _lost(exc: BaseException) -> str:
+    detail = str(exc).replace("\n", " ")[:80]
+    return f"{_UNCAPTURABLE} {type(exc).__name__}{': ' + detail if detail else ''}]"
+
+
+def _int_text(v: int) -> str:
+    # str() refuses ints above 4,300 digits; Decimal's own conversion has no such limit.
+    try:
+        return str(v)
+    except ValueError:
+        return str(Decimal(v))
 
 
 @dataclasses.dataclass(slots=True)
@@ -47,23 +97,32 @@ class _Capture:
     max_string: int | None
     max_items: int | None
     max_depth: int | None
+    notes: dict[str, str]
 
     def text(self, s: str) -> str:
         if self.max_string is not None and len(s) > self.max_string:
             return s[: self.max_string] + _TRUNCATED.format(n=len(s) - self.max_string)
         return s
 
-    def run(self, v: Any, depth: int, seen: set[int]) -> Any:
+    def run(self, v: Any, depth: int, seen: set[int], path: str) -> Any:
+        try:
+            return self.node(v, depth, seen, path)
+        except RecursionError:
+            raise  # unwinds to `capture_noted`: no frame left to build a mark in
+        except Exception as exc:  # only this value is lost, not its siblings
+            return _lost(exc)
+
+    def node(self, v: Any, depth: int, seen: set[int], path: str) -> Any:
         if v is None or isinstance(v, bool):
             return v
         if isinstance(v, str):
             return self.text(str(v))
         if isinstance(v, int) and not isinstance(v, enum.Enum):
-            return int(v) if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else str(int(v))
+            return int(v) if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else _int_text(int(v))
         if isinstance(v, float):
             return float(v) if math.isfinite(v) else repr(float(v))
         if isinstance(v, enum.Enum):
-            return self.run(v.value, depth, seen)
+            return self.run(v.value, depth, seen, path)
         if isinstance(v, _dt.datetime | _dt.date | _dt.time):
             return v.isoformat()
         if isinstance(v, _dt.timedelta):
@@ -71,32 +130,35 @@ class _Capture:
         if isinstance(v, Decimal | uuid.UUID | PurePath | complex):
             return str(v)
         if isinstance(v, bytes | bytearray | memoryview):
+            # Judged as the text a tool would act on: a shell reads b"rm -rf /" as rm -rf /.
             raw = bytes(v)
             if self.max_string is not None and len(raw) > self.max_string:
-                cut = base64.b64encode(raw[: self.max_string]).decode("ascii")
+                cut = raw[: self.max_string].decode("utf-8", "surrogateescape")
+                self.notes[path] = "bytes as utf-8"
                 return cut + _TRUNCATED.format(n=len(raw) - self.max_string)
-            return base64.b64encode(raw).decode("ascii")
+            self.notes[path] = "bytes as utf-8"
+            return raw.decode("utf-8", "surrogateescape")
         if self.max_depth is not None and depth >= self.max_depth:
-            return "…[max depth]"
+            return _MAX_DEPTH
         if id(v) in seen:
             return "…[cycle]"
         seen.add(id(v))
         try:
-            return self.container(v, depth, seen)
+            return self.container(v, depth, seen, path)
         finally:
             seen.discard(id(v))
 
-    def container(self, v: Any, depth: int, seen: set[int]) -> Any:
+    def container(self, v: Any, depth: int, seen: set[int], path: str) -> Any:
         if isinstance(v, Mapping):
-            return self.mapping(v.items(), len(v), depth, seen)
+            return self.mapping(v.items(), len(v), depth, seen, path)
         if isinstance(v, list | tuple | frozenset | set):
             items = list(v)
             if isinstance(v, set | frozenset):
                 items.sort(key=repr)
-            return self.sequence(items, depth, seen)
+            return self.sequence(items, depth, seen, path)
         if dataclasses.is_dataclass(v) and not isinstance(v, type):
             fields = {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
-            return self.mapping(fields.items(), len(fields), depth, seen)
+            return self.mapping(fields.items(), len(fields), depth, seen, path)
         for method in ("model_dump", "dict", "to_dict"):
             fn = getattr(v, method, None)
             if callable(fn) and not isinstance(v, type):
@@ -105,27 +167,29 @@ class _Capture:
                 except Exception:
                     continue
                 if isinstance(dumped, Mapping):
-                    return self.run(dict(dumped), depth, seen)
+                    return self.run(dict(dumped), depth, seen, path)
         attrs = getattr(v, "__dict__", None)
         if isinstance(attrs, dict) and attrs and not isinstance(v, type):
             public = {k: a for k, a in attrs.items() if not k.startswith("_")}
-            return self.mapping(public.items(), len(public), depth, seen)
+            return self.mapping(public.items(), len(public), depth, seen, path)
         return self.text(repr(v))
 
-    def mapping(self, items: Any, size: int, depth: int, seen: set[int]) -> dict[str, Any]:
+    def mapping(
+        self, items: Any, size: int, depth: int, seen: set[int], path: str
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for i, (k, val) in enumerate(items):
             if self.max_items is not None and i >= self.max_items:
                 out["…"] = f"…[{size - self.max_items} more items]"
                 break
-            key = k if isinstance(k, str) else str(self.run(k, depth + 1, seen))
-            out[key] = self.run(val, depth + 1, seen)
+            key = k if isinstance(k, str) else str(self.run(k, depth + 1, seen, path))
+            out[key] = self.run(val, depth + 1, seen, f"{path}.{key}" if path else key)
         return out
 
-    def sequence(self, items: list[Any], depth: int, seen: set[int]) -> list[Any]:
+    def sequence(self, items: list[Any], depth: int, seen: set[int], path: str) -> list[Any]:
         limit = self.max_items
         kept = items if limit is None else items[:limit]
-        out = [self.run(x, depth + 1, seen) for x in kept]
+        out = [self.run(x, depth + 1, seen, f"{path}[{i}]") for i, x in enumerate(kept)]
         if limit is not None and len(items) > limit:
             out.append(f"…[{len(items) - limit} more items]")
         return out

@@ -93,13 +93,14 @@ def parse_path(text: object) -> FieldPath:
 
 
 def iter_strings(value: Any, depth: int = 0) -> Iterator[str]:
-    """Every string inside `value`, searching lists and nested objects (keys excluded)."""
-    if isinstance(value, str):
-        yield value
-    elif depth < 64:
-        if isinstance(value, dict):
-            for v in value.values():
-                yield from iter_strings(v, depth + 1)
-        elif isinstance(value, list):
-            for v in value:
-                yield from iter_strings(v, depth + 1)
+    """Every string inside `value`, searching lists and nested objects (keys excluded), in
+    document order, however deep: no limit may hide a string from a rule that scans."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            yield v
+        elif isinstance(v, dict):
+            stack.extend(reversed(list(v.values())))
+        elif isinstance(v, list):
+            stack.extend(reversed(v))

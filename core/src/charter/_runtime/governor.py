@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from charter._engine.engine import Decision, EvalResult
 from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
-from charter._model.capture import capture
+from charter._model.capture import capture, capture_noted
 from charter._model.errors import BlockedError, PolicyWarning
 from charter._model.identifiers import step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
@@ -555,7 +555,18 @@ class Governor:
                 return Behavior(**fields, input=input, properties=properties or {})
             except (ValueError, RecursionError):
                 pass
-        return Behavior(**fields, input=_payload(input), properties=_payload(properties) or {})
+        data, notes = capture_noted(input)
+        if input is None:
+            data = None
+        elif not isinstance(data, dict):
+            data = {"value": data}
+            notes = {"value" + ("." if k and k[0] != "[" else "") + k: v for k, v in notes.items()}
+        props = _payload(properties) or {}
+        if notes:
+            # Bytes are judged as the text a tool acts on; the record says they were bytes.
+            where = {f"input.{k}" if k else "input": how for k, how in notes.items()}
+            props = _merged(props, {"capture": {"encoding": where}})
+        return Behavior(**fields, input=data, properties=props)
 
     def step(
         self,
