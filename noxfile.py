@@ -79,5 +79,6 @@ def bench(session: nox.Session) -> None:
         "bench/crewai_crew.py",
         "bench/llamaindex_agent.py",
         "bench/report.py",
+        "bench/shell_view.py",
     ):
         session.run("python", script)
