@@ -38,6 +38,9 @@ FLAGS = [
 ]
 
 
+_WAIT_MS = 30_000
+
+
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """A Chromium context with a fresh profile; every request leaving file:// is refused and
@@ -71,6 +74,10 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
                 route.abort()
 
         context.route("**/*", guard)
+        # Waits, not sleeps: a page on a loaded two-core CI machine can take seconds to draw.
+        context.set_default_timeout(_WAIT_MS)
+        if expect is not None:
+            expect.set_options(timeout=_WAIT_MS)
         context.outside = outside
         yield context
         context.close()
