@@ -169,3 +169,20 @@ def test_i_json_checker_accepts_exactly_the_i_json_values(value: Any) -> None:
         assert str(exc).startswith("v")
     else:
         assert is_ijson(value) and copy == value
+
+
+def test_bytes_in_a_node_or_message_step_are_judged_as_text_and_noted() -> None:
+    from charter.integration import message_step, node_step
+
+    node = node_step("toy", "fetch", {"cmd": b"rm -rf /tmp/x"})
+    assert node.input == {"cmd": "rm -rf /tmp/x"}
+    assert node.properties["capture"] == {"encoding": {"input.cmd": "bytes as utf-8"}}
+    wrapped = node_step("toy", "fetch", b"ls")
+    assert wrapped.input == {"input": "ls"}
+    assert wrapped.properties["capture"] == {"encoding": {"input.input": "bytes as utf-8"}}
+    sent = message_step("toy", "POST", "assistant", b"hi", to=[b"bob@example.com"])
+    assert sent.input == {"content": "hi", "to": ["bob@example.com"]}
+    assert sent.properties["capture"] == {
+        "encoding": {"input.content": "bytes as utf-8", "input.to[0]": "bytes as utf-8"}
+    }
+    assert "capture" not in node_step("toy", "fetch", {"cmd": "ls"}).properties

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
-from charter._model.capture import capture
+from charter._model.capture import capture, capture_noted
 from charter._policy.shell import is_credential_path, shell_view
 
 __all__ = [
@@ -251,11 +251,21 @@ def message_step(
     if verb not in ("GET", "POST"):
         raise ValueError(f"a message step's verb is GET (received) or POST (sent), not {verb!r}")
     _check_role(role)
-    data: dict[str, Any] = {"content": capture(content)}
-    if to is not None:
-        data["to"] = capture(to)
-    props = {"message": {"role": role}, "framework": _framework(framework, ids)}
+    data: dict[str, Any] = {}
+    encoding: dict[str, str] = {}
+    for key, value in (("content", content), ("to", to)):
+        if key == "content" or value is not None:
+            data[key], notes = capture_noted(value)
+            encoding.update(_noted(f"input.{key}", notes))
+    props: dict[str, Any] = {"message": {"role": role}, "framework": _framework(framework, ids)}
+    if encoding:
+        props["capture"] = {"encoding": encoding}
     return Step("step.message", verb, name, data, props)
+
+
+def _noted(prefix: str, notes: Mapping[str, str]) -> dict[str, str]:
+    """Capture notes (paths relative to a value) under `prefix`, the value's own path."""
+    return {prefix + ("." if k and k[0] != "[" else "") + k: v for k, v in notes.items()}
 
 
 def node_step(
@@ -278,5 +288,10 @@ def node_step(
         raise ValueError(f"{kind} takes {takes}, not {verb!r}")
     props = dict(properties or {})
     props["framework"] = _framework(framework, {"node": node, **(ids or {})})
-    data = capture(input)
-    return Step(kind, verb, node, data if isinstance(data, dict) else {"input": data}, props)
+    data, notes = capture_noted(input)
+    if not isinstance(data, dict):
+        data, notes = {"input": data}, _noted("input", notes)
+    if notes:
+        encoding = _noted("input", notes)
+        props["capture"] = {"encoding": encoding}
+    return Step(kind, verb, node, data, props)
