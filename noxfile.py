@@ -41,6 +41,7 @@ def tests(session: nox.Session) -> None:
 OLDEST = {
     "crewai": ["crewai==1.15.19"],
     "langchain": ["langchain-core==1.0.0", "langchain==1.0.0", "langgraph==1.0.0"],
+    "openai": ["openai==1.66.0"],
     "langgraph": [
         "langgraph==1.2.0",
         "langgraph-prebuilt==1.1.0",
@@ -63,7 +64,7 @@ OLDEST = {
 def oldest(session: nox.Session, integration: str) -> None:
     """One integration's tests against the oldest framework releases it supports."""
     session.install("-e", "core", "-e", "packages/templates", "-e", f"integrations/{integration}")
-    session.install("pytest", "hypothesis", *OLDEST[integration])
+    session.install("pytest", "hypothesis", "vcrpy", "pytest-recording", *OLDEST[integration])
     session.run("pytest", f"integrations/{integration}/tests")
 
 
@@ -80,5 +81,6 @@ def bench(session: nox.Session) -> None:
         "bench/llamaindex_agent.py",
         "bench/report.py",
         "bench/shell_view.py",
+        "bench/model_clients.py",
     ):
         session.run("python", script)
