@@ -269,6 +269,29 @@ def test_a_stream_object_dropped_unread_is_recorded_abandoned(
     assert rec["meta"]["charter.outcome"] == "abandoned"
 
 
+def test_a_watched_stream_dropped_half_read_keeps_what_arrived(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    class SdkStream:
+        def __init__(self, chunks: Iterator[str]) -> None:
+            self.chunks = chunks
+
+    mc = client()
+    began = mc.begin(step())
+    assert isinstance(began, ci.ModelCall)
+    parts: list[str] = []
+    owner = SdkStream(iter(()))
+    owner.chunks = began.stream(
+        _chunks(5), parts.append, lambda complete: ci.ModelReply(text="".join(parts))
+    )
+    began.watch(owner)
+    next(owner.chunks)
+    del owner  # the owner's weak-reference callback runs before its generator is closed
+    gc.collect()
+    [rec] = model_records(mc)
+    assert rec["meta"]["charter.outcome"] == "ok" and rec["output"]["text"] == "t0 "
+
+
 def test_an_error_mid_stream_is_the_calls_failure_and_reaches_the_consumer(
     client: Callable[..., ci.ModelClient],
 ) -> None:

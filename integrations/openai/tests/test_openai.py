@@ -206,6 +206,24 @@ def test_a_stream_closed_early_is_recorded_with_what_arrived(
 
 @pytest.mark.vcr
 @pytest.mark.default_cassette("chat_stream.yaml")
+def test_a_stream_dropped_half_read_is_recorded_with_what_arrived(
+    governor: Callable[..., charter.Governor],
+) -> None:
+    gov = governor()
+    client, _ = client_for(gov)
+    stream = client.chat.completions.create(model=MODEL, messages=ASK, stream=True)
+    chunks = iter(stream)
+    next(chunks)
+    next(chunks)
+    del stream, chunks
+    gc.collect()
+    [rec] = models(gov)
+    assert rec["meta"]["charter.outcome"] == "ok"
+    assert rec["output"] == {"text": "Hel", "incomplete": True}
+
+
+@pytest.mark.vcr
+@pytest.mark.default_cassette("chat_stream.yaml")
 def test_a_stream_dropped_unread_is_recorded_abandoned(
     governor: Callable[..., charter.Governor],
 ) -> None:

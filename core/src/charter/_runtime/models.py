@@ -381,6 +381,7 @@ class ModelCall:
         self.handle = handle
         self.started = time.perf_counter()
         self.verdicts: tuple[ToolVerdict, ...] = ()
+        self._streaming = False
         self._settled = False
         self._lock = threading.Lock()
 
@@ -447,12 +448,19 @@ class ModelCall:
 
     def watch(self, owner: Any) -> None:
         """Settle the call as abandoned when `owner` (the SDK's stream object) is collected
-        before the call was settled: a stream created and dropped unread is still in the
-        trail. Owners that cannot be weakly referenced are not watched."""
+        before any chunk was read: a stream created and dropped unread is still in the
+        trail (one read in part is settled by `stream` itself, with what arrived). Owners
+        that cannot be weakly referenced are not watched."""
         try:
-            weakref.finalize(owner, self.abandoned)
+            weakref.finalize(owner, self._dropped)
         except TypeError:
             pass
+
+    def _dropped(self) -> None:
+        # Weak-reference callbacks run before a collected generator is closed: a stream that
+        # started is left to its own finally, which records what arrived.
+        if not self._streaming:
+            self.abandoned()
 
     def _fold(self, fold: Callable[[C], None], chunk: C) -> None:
         try:
@@ -484,6 +492,7 @@ class ModelCall:
         try:
             for chunk in chunks:
                 seen += 1
+                self._streaming = True
                 self._fold(fold, chunk)
                 yield chunk
             complete = True
@@ -515,6 +524,7 @@ class ModelCall:
         try:
             async for chunk in chunks:
                 seen += 1
+                self._streaming = True
                 self._fold(fold, chunk)
                 yield chunk
             complete = True
