@@ -42,6 +42,8 @@ OLDEST = {
     "crewai": ["crewai==1.15.19"],
     "langchain": ["langchain-core==1.0.0", "langchain==1.0.0", "langgraph==1.0.0"],
     "openai": ["openai==1.66.0"],
+    "anthropic": ["anthropic==1.0.0"],
+    "ollama": ["ollama==0.4.0"],
     "langgraph": [
         "langgraph==1.2.0",
         "langgraph-prebuilt==1.1.0",

@@ -107,10 +107,122 @@ def openai_case() -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], No
     return call(plain), call(governed), lambda: governance.governor.close(5.0)
 
 
+def anthropic_case() -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], None]]:
+    import anthropic
+    import charter_anthropic
+    from anthropic import _base_client
+
+    http: Any = getattr(_base_client, "httpx2", None) or _base_client.httpx
+    message = {
+        "id": "m1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": [{"type": "text", "text": "hi"}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 2},
+    }
+    start = {**message, "content": [], "stop_reason": None}
+    events = [
+        {"type": "message_start", "message": start},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        *[{"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "x"}}]
+        * 20,
+        {"type": "content_block_stop", "index": 0},
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "end_turn"},
+            "usage": {"output_tokens": 20},
+        },
+        {"type": "message_stop"},
+    ]
+    body = json.dumps(message).encode()
+    streamed = _sse(events, done=False, named=True)
+
+    def handler(request: Any) -> Any:
+        if b'"stream":true' in request.content:
+            return http.Response(
+                200, content=streamed, headers={"content-type": "text/event-stream"}
+            )
+        return http.Response(200, content=body, headers={"content-type": "application/json"})
+
+    def make() -> Any:
+        return anthropic.Anthropic(
+            api_key="sk-ant-test-fake-bench",
+            http_client=http.Client(transport=http.MockTransport(handler)),
+        )
+
+    plain, governed = make(), make()
+    governance = charter_anthropic.govern(governed, governor=_governor())
+    msgs = [{"role": "user", "content": "hello"}]
+
+    def call(client: Any) -> Callable[[], Any]:
+        return lambda: client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=64, messages=msgs
+        )
+
+    def stream(client: Any) -> Callable[[], Any]:
+        def run() -> None:
+            for _ in client.messages.create(
+                model="claude-sonnet-4-5", max_tokens=64, messages=msgs, stream=True
+            ):
+                pass
+
+        return run
+
+    CASES["anthropic stream"] = (stream(plain), stream(governed))
+    return call(plain), call(governed), lambda: governance.governor.close(5.0)
+
+
+def ollama_case() -> tuple[Callable[[], Any], Callable[[], Any], Callable[[], None]]:
+    import charter_ollama
+    import httpx
+    import ollama
+
+    final = {
+        "model": "llama3.2",
+        "created_at": "2025-12-01T12:00:00Z",
+        "message": {"role": "assistant", "content": "hi"},
+        "done": True,
+        "done_reason": "stop",
+        "prompt_eval_count": 10,
+        "eval_count": 2,
+    }
+    piece = {**final, "done": False, "message": {"role": "assistant", "content": "x"}}
+    body = json.dumps(final).encode()
+    streamed = "".join(json.dumps(c) + "\n" for c in [*[piece] * 20, final]).encode()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if b'"stream":true' in request.content:
+            return httpx.Response(200, content=streamed)
+        return httpx.Response(200, content=body, headers={"content-type": "application/json"})
+
+    plain = ollama.Client(transport=httpx.MockTransport(handler))
+    governed = ollama.Client(transport=httpx.MockTransport(handler))
+    governance = charter_ollama.govern(governed, governor=_governor())
+    msgs = [{"role": "user", "content": "hello"}]
+
+    def call(client: Any) -> Callable[[], Any]:
+        return lambda: client.chat(model="llama3.2", messages=msgs)
+
+    def stream(client: Any) -> Callable[[], Any]:
+        def run() -> None:
+            for _ in client.chat(model="llama3.2", messages=msgs, stream=True):
+                pass
+
+        return run
+
+    CASES["ollama stream"] = (stream(plain), stream(governed))
+    return call(plain), call(governed), lambda: governance.governor.close(5.0)
+
+
 PROVIDERS: dict[
     str, Callable[[], tuple[Callable[[], Any], Callable[[], Any], Callable[[], None]]]
 ] = {
     "openai": openai_case,
+    "anthropic": anthropic_case,
+    "ollama": ollama_case,
 }
 CASES: dict[str, tuple[Callable[[], Any], Callable[[], Any]]] = {}
 

@@ -342,6 +342,37 @@ def _chat_files(client: Any, server: Loopback | None) -> None:
     client.chat.completions.create(model=MODEL, messages=msgs, tools=FILE_TOOLS)
 
 
+BASH_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "Bash",
+        "description": "Run a shell command.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
+
+
+def _chat_bash(client: Any, server: Loopback | None) -> None:
+    if server:
+        server.queue = [
+            Reply(
+                completion(
+                    None,
+                    [
+                        ("call_bash_1", "Bash", {"command": "rm -rf /"}),
+                        ("call_bash_2", "Bash", {"command": "ls"}),
+                    ],
+                )
+            )
+        ]
+    msgs = [{"role": "user", "content": "Clean the disk, then list the folder."}]
+    client.chat.completions.create(model=MODEL, messages=msgs, tools=[BASH_TOOL])
+
+
 def _chat_stream(client: Any, server: Loopback | None) -> None:
     if server:
         server.queue = [Reply(events=chat_stream(["Hel", "lo", "!"]))]
@@ -429,6 +460,7 @@ SCENARIOS: dict[str, tuple[Callable[[Any, Loopback | None], None], bool]] = {
     "chat_text": (_chat_text, False),
     "chat_probe": (_chat_probe, False),
     "chat_files": (_chat_files, False),
+    "chat_bash": (_chat_bash, False),
     "chat_stream": (_chat_stream, False),
     "chat_stream_tools": (_chat_stream_tools, False),
     "responses_text": (_responses_text, False),
