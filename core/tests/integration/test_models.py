@@ -430,3 +430,61 @@ def test_verdicts_travel_with_the_response_object() -> None:
     ci.remember_verdicts(response, [verdict])
     assert ci.tool_verdicts(response) == (verdict,)
     assert ci.tool_verdicts(Response()) == ()
+
+
+class Refused(Exception):
+    """The scripted SDK's own refusal."""
+
+
+def test_send_runs_one_provider_call_under_the_lifecycle(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client(NO_BIG_MODEL)
+    sent: list[str] = []
+
+    def provider(name: str) -> Callable[[], str]:
+        return lambda: sent.append(name) or f"reply from {name}"
+
+    def observe(call: ci.ModelCall, result: str) -> str:
+        call.finish(ci.ModelReply(text=result))
+        return result.upper()
+
+    # Not a model call: sent unchanged, nothing recorded.
+    assert mc.send(None, provider("health"), Refused, observe) == "reply from health"
+    # A refused call raises the SDK's refusal and is never sent.
+    with pytest.raises(Refused):
+        mc.send(step("big-model"), provider("big"), Refused, observe)
+    assert sent == ["health"]
+    # An allowed call is sent, observed and settled.
+    assert mc.send(step(), provider("small"), Refused, observe) == "REPLY FROM SMALL"
+
+    # A send that raises is recorded as failed and the error reaches the caller.
+    def down() -> str:
+        raise ConnectionError("provider down")
+
+    with pytest.raises(ConnectionError):
+        mc.send(step(), down, Refused, observe)
+
+    async def async_send() -> str:
+        async def provide() -> str:
+            sent.append("async")
+            return "async reply"
+
+        async def aobserve(call: ci.ModelCall, result: str) -> str:
+            await call.afinish(ci.ModelReply(text=result))
+            return result
+
+        with pytest.raises(Refused):
+            await mc.asend(step("big-model"), provide, Refused, aobserve)
+        return await mc.asend(step(), provide, Refused, aobserve)
+
+    assert asyncio.run(async_send()) == "async reply"
+    assert sent == ["health", "small", "async"]
+    outcomes = [(r["step_name"], r["meta"]["charter.outcome"]) for r in model_records(mc)]
+    assert outcomes == [
+        ("big-model", "blocked"),
+        ("small-model", "ok"),
+        ("small-model", "failed"),
+        ("big-model", "blocked"),
+        ("small-model", "ok"),
+    ]

@@ -33,7 +33,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -57,6 +57,8 @@ __all__ = [
 ]
 
 C = TypeVar("C")
+R = TypeVar("R")
+T = TypeVar("T")
 
 _ERROR_MAX = 500
 
@@ -258,6 +260,58 @@ class ModelClient:
             return task
         decision = await self.gate.adecide(step, task)
         return self._call(step, task, decision)
+
+    def send(
+        self,
+        prepared: Step | Allowed | Blocked | None,
+        send: Callable[[], R],
+        refuse: Callable[[Blocked], BaseException],
+        observe: Callable[[ModelCall, R], T],
+    ) -> R | T:
+        """One provider call under the lifecycle, for a mapping's wrapped request method.
+
+        `prepared` is what the mapping made of the request: its ``step.model`` `Step`, None
+        when the request is not a model call, or `Gate.undecided`'s verdict when the step
+        could not be built. Sends unchanged (returning `send()`) when there is nothing to
+        govern, when fail-open let an undescribable call through, or when another
+        integration claimed the call; raises `refuse(blocked)` without sending when the call
+        is refused; records a send that raised as failed and re-raises it; otherwise returns
+        `observe(call, result)`, which settles `call` (now or when a stream ends)."""
+        if prepared is None or isinstance(prepared, Allowed):
+            return send()
+        call = prepared if isinstance(prepared, Blocked) else self.begin(prepared)
+        if call is None:
+            return send()
+        if isinstance(call, Blocked):
+            raise refuse(call)
+        try:
+            result = send()
+        except BaseException as exc:
+            call.failed(exc)
+            raise
+        return observe(call, result)
+
+    async def asend(
+        self,
+        prepared: Step | Allowed | Blocked | None,
+        send: Callable[[], Awaitable[R]],
+        refuse: Callable[[Blocked], BaseException],
+        observe: Callable[[ModelCall, R], Awaitable[T]],
+    ) -> R | T:
+        """`send` for async clients: `send` and `observe` return awaitables."""
+        if prepared is None or isinstance(prepared, Allowed):
+            return await send()
+        call = prepared if isinstance(prepared, Blocked) else await self.abegin(prepared)
+        if call is None:
+            return await send()
+        if isinstance(call, Blocked):
+            raise refuse(call)
+        try:
+            result = await send()
+        except BaseException as exc:
+            await call.afailed(exc)
+            raise
+        return await observe(call, result)
 
     def _call(self, step: Step, task: str, decision: Any) -> ModelCall | Blocked:
         if isinstance(decision, Blocked):

@@ -13,7 +13,6 @@ from typing import Any
 
 import charter
 from charter.integration import (
-    Allowed,
     Blocked,
     Gate,
     ModelCall,
@@ -91,7 +90,8 @@ class Governance:
 
     # -- the wrapped request --------------------------------------------------------------
 
-    def _step(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str, Any] | None:
+    def _step(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> Any:
+        """The prepared step of a request (None: not a model call)."""
         if len(args) < 2 or str(args[0]).upper() != "POST":
             return None
         api = _mapping.endpoint(str(args[1]))
@@ -99,53 +99,41 @@ class Governance:
             return None
         body = kwargs.get("json") if isinstance(kwargs.get("json"), Mapping) else {}
         try:
-            return api, _mapping.request_step(api, body, {})
+            return _mapping.request_step(api, body, {})
         except Exception as exc:
-            return api, self.gate.undecided(Step("step.model", None, str(body.get("model"))), exc)
+            return self.gate.undecided(Step("step.model", None, str(body.get("model"))), exc)
 
     def _request(self, client: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-        def request(cls: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
-            found = self._step(args, kwargs)
-            if found is None or isinstance(found[1], Allowed):
-                return original(client, cls, *args, stream=stream, **kwargs)
-            _, step = found
-            call = step if isinstance(step, Blocked) else self.models.begin(step)
-            if call is None:
-                return original(client, cls, *args, stream=stream, **kwargs)
-            if isinstance(call, Blocked):
-                raise BlockedCallError(call)
-            try:
-                result = original(client, cls, *args, stream=stream, **kwargs)
-            except BaseException as exc:
-                call.failed(exc)
-                raise
+        def observe(call: ModelCall, result: Any, stream: bool) -> Any:
             if stream:
                 return self._stream(call, result, asynchronous=False)
             self._keep(result, call.finish(self._reply(result)))
             return result
 
+        def request(cls: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
+            return self.models.send(
+                self._step(args, kwargs),
+                lambda: original(client, cls, *args, stream=stream, **kwargs),
+                BlockedCallError,
+                lambda call, result: observe(call, result, stream),
+            )
+
         return request
 
     def _arequest(self, client: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-        async def request(cls: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
-            found = self._step(args, kwargs)
-            if found is None or isinstance(found[1], Allowed):
-                return await original(client, cls, *args, stream=stream, **kwargs)
-            _, step = found
-            call = step if isinstance(step, Blocked) else await self.models.abegin(step)
-            if call is None:
-                return await original(client, cls, *args, stream=stream, **kwargs)
-            if isinstance(call, Blocked):
-                raise BlockedCallError(call)
-            try:
-                result = await original(client, cls, *args, stream=stream, **kwargs)
-            except BaseException as exc:
-                await call.afailed(exc)
-                raise
+        async def observe(call: ModelCall, result: Any, stream: bool) -> Any:
             if stream:
                 return self._stream(call, result, asynchronous=True)
             self._keep(result, await call.afinish(self._reply(result)))
             return result
+
+        async def request(cls: Any, *args: Any, stream: bool = False, **kwargs: Any) -> Any:
+            return await self.models.asend(
+                self._step(args, kwargs),
+                lambda: original(client, cls, *args, stream=stream, **kwargs),
+                BlockedCallError,
+                lambda call, result: observe(call, result, stream),
+            )
 
         return request
 

@@ -121,18 +121,18 @@ class Governance:
 
     # -- the wrapped request --------------------------------------------------------------
 
-    def _begin(self, client: Any, options: Any) -> tuple[str, Any] | None:
+    def _begin(self, options: Any) -> tuple[str, Any]:
+        """The API a request calls and its prepared step (None: not a model call)."""
         api = _mapping.endpoint(str(getattr(options, "url", "")))
         if api is None or str(getattr(options, "method", "")).lower() != "post":
-            return None
+            return "", None
         body = options.json_data if isinstance(options.json_data, Mapping) else {}
         try:
-            step = _mapping.request_step(api, body, {})
+            return api, _mapping.request_step(api, body, {})
         except Exception as exc:
             return api, self.gate.undecided(
                 charter.integration.Step("step.model", None, str(body.get("model"))), exc
             )
-        return api, step
 
     def _refusal(self, client: Any, options: Any, blocked: Blocked) -> BlockedCallError:
         url = client._prepare_url(options.url)
@@ -140,23 +140,13 @@ class Governance:
 
     def _request(self, client: Any, original: Callable[..., Any]) -> Callable[..., Any]:
         def request(cast_to: Any, options: Any, *, stream: bool = False, stream_cls: Any = None):
-            begun = self._begin(client, options)
-            if begun is None:
-                return original(client, cast_to, options, stream=stream, stream_cls=stream_cls)
-            api, step = begun
-            if isinstance(step, charter.integration.Allowed):  # fail-open: ungoverned
-                return original(client, cast_to, options, stream=stream, stream_cls=stream_cls)
-            call = self.models.begin(step) if not isinstance(step, Blocked) else step
-            if call is None:
-                return original(client, cast_to, options, stream=stream, stream_cls=stream_cls)
-            if isinstance(call, Blocked):
-                raise self._refusal(client, options, call)
-            try:
-                result = original(client, cast_to, options, stream=stream, stream_cls=stream_cls)
-            except BaseException as exc:
-                call.failed(exc)
-                raise
-            return self._observe(api, call, result)
+            api, prepared = self._begin(options)
+            return self.models.send(
+                prepared,
+                lambda: original(client, cast_to, options, stream=stream, stream_cls=stream_cls),
+                lambda blocked: self._refusal(client, options, blocked),
+                lambda call, result: self._observe(api, call, result),
+            )
 
         return request
 
@@ -164,31 +154,13 @@ class Governance:
         async def request(
             cast_to: Any, options: Any, *, stream: bool = False, stream_cls: Any = None
         ):
-            begun = self._begin(client, options)
-            if begun is None:
-                return await original(
-                    client, cast_to, options, stream=stream, stream_cls=stream_cls
-                )
-            api, step = begun
-            if isinstance(step, charter.integration.Allowed):
-                return await original(
-                    client, cast_to, options, stream=stream, stream_cls=stream_cls
-                )
-            call = await self.models.abegin(step) if not isinstance(step, Blocked) else step
-            if call is None:
-                return await original(
-                    client, cast_to, options, stream=stream, stream_cls=stream_cls
-                )
-            if isinstance(call, Blocked):
-                raise self._refusal(client, options, call)
-            try:
-                result = await original(
-                    client, cast_to, options, stream=stream, stream_cls=stream_cls
-                )
-            except BaseException as exc:
-                await call.afailed(exc)
-                raise
-            return await self._aobserve(api, call, result)
+            api, prepared = self._begin(options)
+            return await self.models.asend(
+                prepared,
+                lambda: original(client, cast_to, options, stream=stream, stream_cls=stream_cls),
+                lambda blocked: self._refusal(client, options, blocked),
+                lambda call, result: self._aobserve(api, call, result),
+            )
 
         return request
 
