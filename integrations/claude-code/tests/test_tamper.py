@@ -266,6 +266,9 @@ def test_monitor_and_fail_open_come_from_the_install(project, hook_env, policy):
     inst.settings = project / ".claude" / "settings.json"
     res = inst.pre("Bash", MKFS)
     assert res.permission != "deny" and "not enforcing" in res.json()["systemMessage"]
+    # Self-protection is always on, monitor mode included.
+    edit = inst.pre("Write", {"file_path": str(inst.settings), "content": "{}"})
+    assert edit.permission == "deny" and "always on" in edit.reason
 
 
 # -- the session state keeps no secret --------------------------------------------------------

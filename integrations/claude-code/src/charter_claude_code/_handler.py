@@ -579,6 +579,22 @@ class _Call:
             return pre_tool_use(
                 "ask", f"Charter asks for your approval: {reason}", auto_approve=auto
             )
+        if protected:
+            # Always on: neither monitor mode nor fail-open lets the agent change what
+            # governs it. The intent never runs, so it is recorded as abandoned.
+            from charter_claude_code._protect import describe
+
+            if decision.handle is not None:
+                self.gate.abandon(decision.handle)
+            state.digests.pop(key, None)
+            return pre_tool_use(
+                "block",
+                f"Charter blocked this {tool_name} call: policy '{POLICY_NAME}' (always on, "
+                f"even in monitor mode or fail-open): it touches what governs this agent "
+                f"({describe(protected)}); only a person may change Charter's policies, "
+                "settings and trail. It did not run.",
+                auto_approve=auto,
+            )
         reason = _one_line(decision.reason)
         if decision.handle is None:
             state.ungoverned[key] = {"reason": reason}
