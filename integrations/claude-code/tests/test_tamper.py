@@ -196,6 +196,8 @@ def test_the_settings_file_cannot_be_edited(project, hook_env, tmp_path):
         ),
         ("Bash", {"command": 'sed -i s/closed/open/ "$CLAUDE_PROJECT_DIR"/.claude/settings.json'}),
         ("Bash", {"command": "cp /dev/null ~/.claude/settings.json"}),
+        # Core's parsed view unwraps bash -c: the redirection inside is seen.
+        ("Bash", {"command": "bash -c 'echo {} > .claude/settings.json'"}),
     ]:
         out = installed.pre(tool, tool_input)
         assert out.permission == "deny", (tool, tool_input, out.stdout)

@@ -550,7 +550,9 @@ class _Call:
             if earlier is not None:
                 return self._repeat(tool_name, earlier)
         step = self._step(tool_name, tool_input)
-        protected = self._protected(tool_name, tool_input)
+        exec_props = step.properties.get("exec")
+        view = exec_props.get("shell") if isinstance(exec_props, dict) else None
+        protected = self._protected(tool_name, tool_input, view)
         if protected:
             step.properties["claude"]["protected"] = protected
         self._time("build")
@@ -635,14 +637,16 @@ class _Call:
         state.ungoverned.pop(key, None)
         state.digests.pop(key, None)
 
-    def _protected(self, tool_name: str, tool_input: Mapping[str, Any]) -> list[str]:
+    def _protected(
+        self, tool_name: str, tool_input: Mapping[str, Any], view: object = None
+    ) -> list[str]:
         from charter_claude_code._protect import protected_for, touched
 
         files = [
             f if os.path.isabs(f) else os.path.join(self.root, f) for f in self.config.policy_files
         ]
         protected = protected_for(self.root, files, self.settings.audit_location, self.environ)
-        return touched(tool_name, tool_input, self.cwd, protected, self.environ)
+        return touched(tool_name, tool_input, self.cwd, protected, self.environ, view)
 
     def _repeat(self, tool_name: str, earlier: Any) -> HookAnswer:
         verdict = earlier.meta.get("charter.eval") or {}

@@ -7,7 +7,9 @@ file the agent could rewrite. An always-on policy (`POLICY`, added to every poli
 hook judges with) refuses every step whose ``properties.claude.protected`` names such a
 path; `touched` computes that list for Write, Edit, MultiEdit, NotebookEdit and Bash.
 
-Paths are resolved through symlinks. Bash is judged conservatively on its text: every word
+Paths are resolved through symlinks. Bash is judged conservatively on its text and on core's
+parsed view of it (``properties.exec.shell``: words and redirection targets of every simple
+command, from the directory it runs in after ``cd``): every word
 after quote removal (and ``~`` / ``$HOME`` / ``$CLAUDE_PROJECT_DIR`` / ``$PWD`` expansion,
 globs expanded against the filesystem), and the parts of a word after ``=`` or ``:``, is
 taken as a path; one that is, or lies inside, a protected path is refused. A command that
@@ -136,12 +138,16 @@ def _candidates(word: str) -> list[str]:
     return out
 
 
-def _hits(paths: Iterable[str], cwd: str, protected: Protected) -> list[str]:
+def _hits(
+    paths: Iterable[str], cwd: str, protected: Protected, where: Sequence[str] = ()
+) -> list[str]:
     found: list[str] = []
-    for path in paths:
+    pairs = [(p, cwd) for p in paths]
+    pairs += list(zip(where[::2], where[1::2], strict=True))
+    for path, base in pairs:
         if not path or (path.startswith("-") and "/" not in path):
             continue
-        full = path if os.path.isabs(path) else os.path.join(cwd, path)
+        full = path if os.path.isabs(path) else os.path.join(base, path)
         options = [full]
         if any(c in path for c in "*?["):
             options += glob.glob(full, recursive=False)[:_GLOB_LIMIT]
@@ -159,9 +165,12 @@ def touched(
     cwd: str,
     protected: Protected,
     environ: Mapping[str, str],
+    view: object = None,
 ) -> list[str]:
     """The protected real paths a tool call would touch (empty when none, or not a file
-    writing tool nor Bash). Never raises on odd input."""
+    writing tool nor Bash). For Bash, `view` is core's parsed view of the command
+    (``properties.exec.shell``), whose words are checked too, each from the directory its
+    command runs in. Never raises on odd input."""
     if tool_name in _FILE_TOOLS:
         value = tool_input.get(_FILE_TOOLS[tool_name])
         if not isinstance(value, str) or not value:
@@ -176,7 +185,30 @@ def touched(
     for word in _words(command):
         for part in _candidates(_expand(word, cwd, environ)):
             paths.append(part)
-    return _hits(paths, cwd, protected)
+    return _hits(paths, cwd, protected, _view_words(view, cwd, environ))
+
+
+def _view_words(view: object, cwd: str, environ: Mapping[str, str]) -> list[str]:
+    """[path, directory, ...] from core's parsed view of the command
+    (``properties.exec.shell``): each simple command's words and redirection targets,
+    relative to the directory it runs in after any ``cd``."""
+    out: list[str] = []
+    commands = view.get("commands") if isinstance(view, Mapping) else None
+    for cmd in commands if isinstance(commands, list) else ():
+        if not isinstance(cmd, Mapping):
+            continue
+        base = cmd.get("cwd")
+        where = cwd
+        if isinstance(base, str) and base:
+            where = os.path.join(cwd, _expand(base, cwd, environ))
+        words = [w for w in cmd.get("argv") or () if isinstance(w, str)]
+        for redirect in cmd.get("redirects") or ():
+            if isinstance(redirect, Mapping) and isinstance(redirect.get("target"), str):
+                words.append(redirect["target"])
+        for word in words:
+            for part in _candidates(_expand(word, where, environ)):
+                out += [part, where]
+    return out
 
 
 def describe(paths: Sequence[str]) -> str:
