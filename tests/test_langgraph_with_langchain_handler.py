@@ -12,6 +12,7 @@ from typing import Annotated, Any, TypedDict
 import charter
 import charter_langgraph
 import pytest
+from charter.audit import is_intent_record
 from charter.testing import charter_internal_errors  # noqa: F401  (autouse)
 from charter_langchain import CharterCallbackHandler
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -91,7 +92,13 @@ def trail(gov: charter.Governor) -> list[dict[str, Any]]:
     assert gov.flush(5.0)
     store = gov.runner.store
     assert store is not None and store.verify().ok
-    return [r for t in store.list_tasks("paired") for r in store.read_task(t.task_id, "paired")]
+    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
+    return [
+        r
+        for t in store.list_tasks("paired")
+        for r in store.read_task(t.task_id, "paired")
+        if not is_intent_record(r)
+    ]
 
 
 def kinds(records: list[dict[str, Any]]) -> list[tuple[str, str, str | None]]:

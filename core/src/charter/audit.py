@@ -5,12 +5,21 @@
 ``VerifyReport`` whose ``breaks`` are ``ChainBreak``s and whose ``gaps`` are ``Gap``s
 (records dropped before they were stored, each with its cause; a chain declares them in
 ``meta["charter.gap"]`` of the record after the hole). ``entry_hash`` and ``canonical_json``
-recompute a record's hash the way the stores do.
+recompute a record's hash the way the stores do. ``is_intent_record`` tells a write-ahead
+intent (sync durability: an allowed step's intent, stored before the step ran) from the
+step's outcome, which follows it with the same action_id.
 """
 
 from __future__ import annotations
 
-from charter._audit.base import AuditStore, ChainBreak, Gap, StoreError, VerifyReport
+from charter._audit.base import (
+    AuditStore,
+    ChainBreak,
+    Gap,
+    StoreError,
+    VerifyReport,
+    is_intent_record,
+)
 from charter._audit.chain import ChainHead, canonical_json, entry_hash
 from charter._audit.location import open_store, verify
 
@@ -23,6 +32,7 @@ __all__ = [
     "VerifyReport",
     "canonical_json",
     "entry_hash",
+    "is_intent_record",
     "open_store",
     "verify",
 ]

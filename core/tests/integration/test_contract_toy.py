@@ -84,4 +84,4 @@ def test_the_kit_fails_an_integration_that_does_not_gate(tmp_path: Path) -> None
         "PASSED test_broken.py::TestBroken::"
         "test_an_internal_error_while_deciding_follows_the_one_rule[open]" in out
     )
-    assert "5 failed, 2 passed" in out, out
+    assert "6 failed, 2 passed" in out, out

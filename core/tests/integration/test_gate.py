@@ -13,6 +13,7 @@ import charter
 import charter.integration as ci
 import pytest
 from charter import Approval, Governor
+from charter.audit import is_intent_record
 
 ASK_SEND = {
     "name": "ask-send",
@@ -57,7 +58,8 @@ def _trail(g: ci.Gate, task_id: str) -> list[dict[str, Any]]:
     g.governor.flush(5.0)
     store = g.governor.runner.store
     assert store is not None
-    return store.read_task(task_id, g.agent_id)
+    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
+    return [r for r in store.read_task(task_id, g.agent_id) if not is_intent_record(r)]
 
 
 # -- builders ---------------------------------------------------------------------------

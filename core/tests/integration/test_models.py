@@ -15,6 +15,7 @@ from typing import Any
 import charter
 import charter.integration as ci
 import pytest
+from charter.audit import is_intent_record
 
 NO_BIG_MODEL = {
     "name": "no-big-model",
@@ -72,7 +73,8 @@ def trail(mc: ci.ModelClient) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for task in store.list_tasks(gov.runner.agent_id):
         out.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    return out
+    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
+    return [r for r in out if not is_intent_record(r)]
 
 
 def model_records(mc: ci.ModelClient) -> list[dict[str, Any]]:

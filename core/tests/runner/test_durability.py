@@ -17,6 +17,7 @@ from typing import Any
 import charter
 import pytest
 from charter import AuditError, BlockedError, Governor, Runner
+from charter.audit import is_intent_record
 
 _SYNC_CHILD = textwrap.dedent(
     """
@@ -50,7 +51,8 @@ def test_sigkill_in_sync_mode_loses_no_returned_step(tmp_path: Path, db: str) ->
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=30)
     assert len(returned) >= 40, child.stderr.read() if child.stderr else ""
-    assert returned == list(range(2, 2 + len(returned)))
+    # Each step is its write-ahead intent, then its outcome.
+    assert returned == list(range(3, 3 + 2 * len(returned), 2))
     store = charter.open_store(db)
     try:
         stored = {r["seq"] for r in store.read_task("crash", "default")}
@@ -256,19 +258,23 @@ def test_failing_store_sync_raises_for_that_step_and_history_does_not_move(
         h.complete({"ok": 1})
     assert [b.kind.value for b in runner.engine.get_history(tid)] == ["task.start"]
     assert runner.engine.open_intent(tid, h.action_id) is not None
-    with pytest.raises(AuditError):
+    # A block stands although it cannot be recorded; an allowed step cannot run unrecorded.
+    with pytest.raises(BlockedError, match="not recorded"):
         gov.begin_step("step.exec", name="bash", input={"command": "rm -rf /"}, task_id=tid)
+    with pytest.raises(BlockedError, match="intent could not be recorded"):
+        gov.begin_step("step.exec", name="bash", input={"command": "ls"}, task_id=tid)
     with pytest.raises(AuditError):
         gov.end_task(tid)
     assert runner.engine.task_state(tid) == "open"
     store.failing = False
-    assert h.complete({"ok": 1}).seq == 2
+    assert h.complete({"ok": 1}).seq == 3  # after its write-ahead intent at seq 2
     gov.end_task(tid)
     stored = store.read_task(tid, "default")
-    assert [(r["seq"], r["kind"]) for r in stored] == [
-        (1, "task.start"),
-        (2, "step.exec"),
-        (3, "task.end"),
+    assert [(r["seq"], r["kind"], is_intent_record(r)) for r in stored] == [
+        (1, "task.start", False),
+        (2, "step.exec", True),
+        (3, "step.exec", False),
+        (4, "task.end", False),
     ]
     assert store.verify().ok
 
@@ -303,7 +309,9 @@ def test_exporters_receive_chained_records(make_runner: Callable[..., Runner]) -
 
     runner = make_runner(exporters=[collect], audit_durability="sync")
     _steps(Governor(runner), n=1)
-    assert [r["seq"] for r in got] == [1, 2, 3, 4]
+    # start, the step's write-ahead intent and its outcome, the block, end
+    assert [r["seq"] for r in got] == [1, 2, 3, 4, 5]
+    assert [is_intent_record(r) for r in got] == [False, True, False, False, False]
     assert all(len(r["hash"]) == 64 for r in got)
 
 
@@ -316,7 +324,7 @@ def test_stdout_and_none_locations(
     loud = make_runner(audit_location="stdout", audit_durability="sync")
     _steps(Governor(loud), n=1)
     lines = [line for line in capfd.readouterr().out.splitlines() if line.startswith("{")]
-    assert len(lines) == 4 and '"kind":"task.end"' in lines[-1]
+    assert len(lines) == 5 and '"kind":"task.end"' in lines[-1]  # with the step's intent
 
 
 def test_pid_guard_is_respected(db: str) -> None:

@@ -327,7 +327,9 @@ def test_async_sync_durability_and_concurrent_tasks_keep_their_own_current_task(
     assert asyncio.run(main()) == ["x1", "x2"]
     for tid in ("x1", "x2"):
         records = read_chain(tid)
-        assert [r["seq"] for r in records] == [1, 2, 3, 4, 5]
+        # start, each step's write-ahead intent and its outcome, end
+        assert [r["seq"] for r in records] == list(range(1, 9))
+        assert [r["meta"].get("charter.intent", False) for r in records[1:-1]] == [True, False] * 3
         assert {r["task_id"] for r in records} == {tid}
 
 

@@ -275,10 +275,24 @@ class Audit:
 
     def records(self, task_id: str) -> list[dict[str, Any]]:
         import charter
+        from charter.audit import is_intent_record
 
         store = charter.open_store(self.location)
         try:
-            return store.read_task(task_id, "claude-code")
+            # Outcomes: the hook's sync durability also stores each allowed call's intent
+            # before the call runs (see `intents`).
+            return [r for r in store.read_task(task_id, "claude-code") if not is_intent_record(r)]
+        finally:
+            store.close()
+
+    def intents(self, task_id: str) -> list[dict[str, Any]]:
+        """The write-ahead intents of the allowed calls, stored before each call ran."""
+        import charter
+        from charter.audit import is_intent_record
+
+        store = charter.open_store(self.location)
+        try:
+            return [r for r in store.read_task(task_id, "claude-code") if is_intent_record(r)]
         finally:
             store.close()
 

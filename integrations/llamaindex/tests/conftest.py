@@ -11,6 +11,7 @@ from typing import Any
 
 import charter
 import pytest
+from charter.audit import is_intent_record
 from charter.testing import charter_internal_errors  # noqa: F401  (autouse)
 
 AGENT = "llama-bot"
@@ -42,7 +43,8 @@ def trail(gov: charter.Governor) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
     for task in store.list_tasks(gov.runner.agent_id):
         records.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    return records
+    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
+    return [r for r in records if not is_intent_record(r)]
 
 
 def steps(records: list[dict[str, Any]], kind: str | None = None) -> list[dict[str, Any]]:

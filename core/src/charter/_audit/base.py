@@ -18,6 +18,7 @@ __all__ = [
     "BREAK_REASONS",
     "GAP_CAUSES",
     "GAP_KEY",
+    "INTENT_KEY",
     "AuditStore",
     "BreakReason",
     "ChainBreak",
@@ -29,6 +30,7 @@ __all__ = [
     "check_process",
     "check_store_path",
     "closed_error",
+    "is_intent_record",
     "prepare_batch",
     "seq_error",
 ]
@@ -95,6 +97,17 @@ GAP_CAUSES: tuple[GapCause, ...] = ("queue_full", "refused", "closed")
 
 #: Where a record declares the records of its chain that were dropped just before it.
 GAP_KEY = "charter.gap"
+
+#: ``meta[INTENT_KEY] is True`` marks a write-ahead intent record: in sync durability an
+#: allowed step's intent is committed before the step runs; its outcome follows at a later
+#: seq with the same action_id.
+INTENT_KEY = "charter.intent"
+
+
+def is_intent_record(record: Mapping[str, Any]) -> bool:
+    """True for a stored write-ahead intent record (not a step's outcome)."""
+    meta = record.get("meta")
+    return isinstance(meta, Mapping) and meta.get(INTENT_KEY) is True
 
 
 @dataclass(frozen=True, slots=True)

@@ -759,8 +759,12 @@ def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None
         for r in records:
             click.echo(json.dumps(r, sort_keys=True, ensure_ascii=False))
         return
+    from charter._audit.base import is_intent_record
     from charter._cli.report import step_tree
 
+    # A write-ahead intent (sync durability) is shown only while its outcome is missing.
+    settled = {r.get("action_id") for r in records if not is_intent_record(r)}
+    records = [r for r in records if not (is_intent_record(r) and r.get("action_id") in settled)]
     answers = {
         str(gate.get("action_id")): (str((r.get("output") or {}).get("decision")), r.get("seq"))
         for r in records
@@ -788,7 +792,9 @@ def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None
                 how = "approved" if answer[0] == "pass" else "denied"
                 decision = f"{decision.split(' ')[0]} ({how}, seq {answer[1]})"
             outcome = str((r.get("meta") or {}).get("charter.outcome") or "")
-            if not outcome and str(r.get("kind", "")).startswith("step."):
+            if is_intent_record(r):
+                outcome = "intent"  # written ahead (sync durability); its outcome follows
+            elif not outcome and str(r.get("kind", "")).startswith("step."):
                 outcome = "ok"
             error = _error_of(r)
             if r.get("kind") == "task.error":

@@ -115,8 +115,15 @@ def replay_chain(
     changes: list[Change] = []
     gates: dict[str, str] = {}
     context: EvalContext | None = None
+    from charter._audit.base import is_intent_record
+
+    # A write-ahead intent is judged once, with its outcome; alone (the step's outcome never
+    # came) it is the only record of the step.
+    settled = {r.get("action_id") for r in records if not is_intent_record(r)}
     for record in records:
         seq = record.get("seq")
+        if is_intent_record(record) and record.get("action_id") in settled:
+            continue
         try:
             b = Behavior.from_dict(record)
             if context is None:

@@ -23,6 +23,8 @@ from datetime import UTC, datetime, timedelta
 from importlib.resources import files
 from typing import TYPE_CHECKING, Any
 
+from charter._audit.base import is_intent_record
+
 if TYPE_CHECKING:
     from charter._audit.base import AuditStore, TaskSummary
 
@@ -259,7 +261,11 @@ def collect_report(store: AuditStore, wanted: ReportFilter, generated: datetime)
     kinds: set[str] = set()
 
     for t_index, summary in enumerate(summaries):
-        records = store.read_task(summary.task_id, summary.agent_id)
+        stored = store.read_task(summary.task_id, summary.agent_id)
+        # A write-ahead intent (sync durability) is shown only while its outcome is missing;
+        # its seq still counts, so it is never taken for a gap.
+        settled = {r.get("action_id") for r in stored if not is_intent_record(r)}
+        records = [r for r in stored if not (is_intent_record(r) and r.get("action_id") in settled)]
         gates = {
             str(((r.get("properties") or {}).get("gate") or {}).get("action_id")): r
             for r in records
@@ -354,7 +360,7 @@ def collect_report(store: AuditStore, wanted: ReportFilter, generated: datetime)
                     "" if decision in ("", "allow") else _short(verdict.get("reason"), 300),
                 ]
             )
-        chain_gaps = _gaps(summary.agent_id, summary.task_id, records, declared)
+        chain_gaps = _gaps(summary.agent_id, summary.task_id, stored, declared)
         for gap in chain_gaps:
             gap["task_index"] = t_index
         gaps.extend(chain_gaps)

@@ -404,6 +404,14 @@ class PolicyEngine:
             task.action_ids.add(intended.action_id)
             task.open_intents[intended.action_id] = intended
 
+    def discard_intent(self, task_id: str, action_id: str) -> None:
+        """Forget an intent registered but never let run (its write-ahead record failed), so
+        its action_id is free again; does nothing for an unknown intent."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None and task.open_intents.pop(action_id, None) is not None:
+                task.action_ids.discard(action_id)
+
     def record(self, outcome: Behavior) -> Behavior:
         """Add a completed step (or task boundary) to its task's history; returns it with seq.
 

@@ -5,6 +5,14 @@ writer (redaction, queue, store, exporters), a per-task lock, and a sweeper thre
 closes idle tasks. Everything the engine refuses is raised to the caller; everything that
 goes wrong on the recording path is counted and reported, and raised only in sync durability.
 
+Write-ahead (sync durability): before an allowed step runs, its intent is committed to the
+store as a record of its own, the step's wire form with no output, its verdict in
+``meta["charter.eval"]`` and ``meta["charter.intent"] = true``, at the seq the step takes
+when it is allowed; its outcome follows later at a seq of its own. When the store cannot
+take the intent, the step is blocked instead (with the failing store named), so nothing
+runs that the trail does not show. Intent records are not history: `restore_task` skips
+them (only their seq is kept), and history rules never see them.
+
 Seq: the engine numbers a task's steps (last + 1) when they are recorded, and the wire form
 carries that number: the store keeps it and never renumbers, so a record dropped on the way
 (a full queue, a refused write) leaves a gap its chain declares (see the writer). When several
@@ -27,7 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from charter._audit.base import AuditStore
+from charter._audit.base import INTENT_KEY, AuditStore
 from charter._engine.engine import (
     Decision,
     EvalResult,
@@ -110,6 +118,7 @@ class Runner:
         self._contexts: dict[str, EvalContext] = {}
         self._activity: dict[str, float] = {}
         self._tickets: dict[str, int] = {}
+        self._reserved: dict[str, int] = {}  # per task: the highest seq an intent record took
         self.evaluated = 0
         self.blocked = 0
         self.evaluation_errors = 0
@@ -204,15 +213,17 @@ class Runner:
         Returns the decision. A `block` is recorded here, at once and inside the task's lock,
         as a blocked step with the verdict in ``meta["charter.eval"]`` (the result carries
         `recorded_seq`); `allow` and `warn` register the intent (the verdict travels with it
-        to the outcome `record` writes later); `ask` changes nothing, awaiting an approval.
+        to the outcome `record` writes later) and, in sync durability, commit it to the store
+        first: a store that cannot take it turns the decision into a block naming the store;
+        `ask` changes nothing, awaiting an approval. A block that cannot be recorded (sync
+        durability, the store failing) is still returned as a block, its reason saying so.
         A step without action_id gets one (see ``result.action_id``). Task boundaries are only
         judged. With no usable policy set, action steps are blocked (fail_mode closed) or
         allowed (open), with a reason saying why; so is an exception inside the engine.
 
         Raises ValueError for a timestamp beyond the clock-skew bound, for a step that has
         already run, and for a task that was not started; AgentBindingError for another
-        agent's step; TaskClosedError for an ended task; AuditError (sync durability) when a
-        block cannot be recorded.
+        agent's step; TaskClosedError for an ended task.
         """
         self._check_agent(intended)
         self._check_skew(intended)
@@ -234,7 +245,7 @@ class Runner:
             if result.decision is Decision.BLOCK:
                 return self._record_block(intended, result, verdict)
             if result.decision is not Decision.ASK:
-                self.engine.register_intent(_with_meta(intended, {"charter.eval": verdict}))
+                return self._admit(intended, result, verdict)
             return result
 
     def record_block(self, intended: Behavior, result: EvalResult) -> EvalResult:
@@ -261,8 +272,48 @@ class Runner:
         verdict["approved"] = True
         with self._lock(intended.task_id):
             self._activity[intended.task_id] = time.monotonic()
-            self.engine.register_intent(_with_meta(intended, {"charter.eval": verdict}))
+            admitted = self._admit(intended, result, verdict)
+        if admitted.decision is Decision.BLOCK:
+            return admitted
         return dataclasses.replace(result, action_id=intended.action_id)
+
+    def _admit(self, intended: Behavior, result: EvalResult, verdict: dict[str, Any]) -> EvalResult:
+        """Register an allowed intent and, in sync durability, commit it to the store first;
+        a store that fails turns `result` into an (unrecorded) block. Task lock held."""
+        admitted = _with_meta(intended, {"charter.eval": verdict})
+        if not (self._sync and self._writer.enabled):
+            self.engine.register_intent(admitted)
+            return result
+        tid = intended.task_id
+        self.engine.register_intent(admitted)  # refuses a reused action_id before any write
+        seq = self._next_seq(tid)
+        wire = wire_form(derive(admitted, seq=seq))
+        wire["meta"] = {**admitted.meta, INTENT_KEY: True}
+        try:
+            self._writer.write_now([wire])
+        except Exception as exc:
+            assert intended.action_id is not None  # evaluate and authorize gave it one
+            self.engine.discard_intent(tid, intended.action_id)
+            report_internal_error(exc, "audit.intent")
+            self.blocked += 1
+            return dataclasses.replace(
+                result,
+                decision=Decision.BLOCK,
+                action_id=intended.action_id,
+                reason=(
+                    f"blocked: the step's intent could not be recorded in audit store "
+                    f"{self._writer.target} ({exc}); audit_durability is sync, so no step runs "
+                    f"unrecorded (was: {result.reason})"
+                ),
+                monitored=False,
+                failed_open=False,
+            )
+        self._reserved[tid] = seq
+        return result
+
+    def _next_seq(self, task_id: str) -> int:
+        """The seq the task's next record takes: after its history and its intent records."""
+        return max(self.engine.next_seq(task_id), self._reserved.get(task_id, 0) + 1)
 
     def _checked_context(self, b: Behavior, context: EvalContext | None) -> EvalContext:
         if context is None:
@@ -348,7 +399,18 @@ class Runner:
         meta = dict(intended.meta)
         meta["charter.outcome"] = Outcome.BLOCKED.value
         meta["charter.eval"] = verdict
-        recorded = self._commit(derive(intended, meta=meta, output=None))
+        try:
+            recorded = self._commit(derive(intended, meta=meta, output=None))
+        except AuditError as exc:
+            self.blocked += 1
+            # Sync durability and a failing store: the refusal stands (it is the safe side);
+            # only its record is missing, which is reported and said in the reason.
+            report_internal_error(exc, "audit.block")
+            return dataclasses.replace(
+                result,
+                action_id=intended.action_id,
+                reason=f"{result.reason} (not recorded: {exc})",
+            )
         self.blocked += 1
         return dataclasses.replace(result, action_id=intended.action_id, recorded_seq=recorded.seq)
 
@@ -392,9 +454,9 @@ class Runner:
             if outcome.kind in CLOSING_KINDS and engine.task_state(tid) == "open":
                 for intent in engine.open_intents(tid):
                     abandoned = _with_meta(intent, {"charter.outcome": Outcome.ABANDONED.value})
-                    recorded.append(engine.record(derive(abandoned, seq=engine.next_seq(tid))))
+                    recorded.append(engine.record(derive(abandoned, seq=self._next_seq(tid))))
                 # The closing record is the chain's last; its seq is the chain's length.
-                extra["charter.chain"] = {"final": True, "count": engine.next_seq(tid)}
+                extra["charter.chain"] = {"final": True, "count": self._next_seq(tid)}
             changes: dict[str, Any] = {}
             if extra:
                 meta = dict(outcome.meta)
@@ -402,7 +464,7 @@ class Runner:
                 changes["meta"] = meta
             if outcome.seq is None:
                 # Numbered here so the engine does not make a validated copy just for the seq.
-                changes["seq"] = engine.next_seq(tid)
+                changes["seq"] = self._next_seq(tid)
             if changes:
                 outcome = derive(outcome, **changes)
             recorded.append(engine.record(outcome))
@@ -418,8 +480,8 @@ class Runner:
                 engine.rollback(checkpoint)
                 raise AuditError(
                     f"step {outcome.step_name!r} of task {tid!r} could not be recorded in "
-                    f"{self._writer.location} ({exc}); nothing was written and the task's "
-                    "history is unchanged (audit_durability is sync)"
+                    f"audit store {self._writer.target} ({exc}); nothing was written and the "
+                    "task's history is unchanged (audit_durability is sync)"
                 ) from exc
         else:
             ticket = self._writer.submit(wires)
@@ -465,6 +527,7 @@ class Runner:
     def _forget(self, task_id: str) -> int:
         self._contexts.pop(task_id, None)
         self._activity.pop(task_id, None)
+        self._reserved.pop(task_id, None)
         with self._guard:
             self._locks.pop(task_id, None)
         return self._tickets.pop(task_id, 0)
@@ -473,11 +536,22 @@ class Runner:
         """Rebuild a task from its recorded history (e.g. read from the store) in this process.
 
         Nothing is evaluated and nothing is written: the steps enter the engine with their
-        stored seq, so the next `record` continues the chain. The first step must be the
-        task.start. Refuses (ValueError) an empty list, steps of several tasks, and a task
-        already active here; AgentBindingError for another agent's steps.
+        stored seq, so the next `record` continues the chain. Write-ahead intent records
+        (``meta["charter.intent"]``) are not history: they are skipped, and only their seq
+        is kept. The first step must be the task.start. Refuses (ValueError) an empty list,
+        steps of several tasks, and a task already active here; AgentBindingError for
+        another agent's steps.
         """
-        items = [s if isinstance(s, Behavior) else Behavior.from_dict(dict(s)) for s in steps]
+        intents_top = 0
+        kept: list[Behavior | Mapping[str, Any]] = []
+        for s in steps:
+            meta = s.meta if isinstance(s, Behavior) else s.get("meta")
+            if isinstance(meta, Mapping) and meta.get(INTENT_KEY) is True:
+                seq = s.seq if isinstance(s, Behavior) else s.get("seq")
+                intents_top = max(intents_top, seq if type(seq) is int else 0)
+            else:
+                kept.append(s)
+        items = [s if isinstance(s, Behavior) else Behavior.from_dict(dict(s)) for s in kept]
         if not items:
             raise ValueError("restore_task needs the task's recorded steps; got none")
         tid = items[0].task_id
@@ -495,6 +569,8 @@ class Runner:
             except BaseException:
                 self.engine.rollback(checkpoint)
                 raise
+            if intents_top:
+                self._reserved[tid] = intents_top
             self._activity[tid] = time.monotonic()
 
     def restore_intent(self, intent: Behavior | Mapping[str, Any]) -> None:

@@ -144,6 +144,13 @@ class AuditWriter:
             return self._store
 
     @property
+    def target(self) -> str:
+        """The store records go to, for messages: the open store's own location (a store
+        passed in may be anywhere), else the configured location."""
+        location = getattr(self._store, "location", None)
+        return location if isinstance(location, str) and location else self.location
+
+    @property
     def store(self) -> AuditStore | None:
         """The open store, or None while it cannot be opened (or auditing is off)."""
         return self._store

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 import pytest
 
+from charter._audit.base import is_intent_record
 from charter._runtime.approval import Approval, ApprovalRequest
 from charter._runtime.governor import Governor
 
@@ -134,11 +135,14 @@ class IntegrationContract:
 
     @staticmethod
     def _probes(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # Steps only: a framework may name a task after its root run (the tool itself).
+        # Steps only: a framework may name a task after its root run (the tool itself). The
+        # write-ahead intent of an allowed step (sync durability) is checked on its own.
         return [
             r
             for r in records
-            if r.get("step_name") == CONTRACT_TOOL and not str(r.get("kind")).startswith("task.")
+            if r.get("step_name") == CONTRACT_TOOL
+            and not str(r.get("kind")).startswith("task.")
+            and not is_intent_record(r)
         ]
 
     # -- the contracts --------------------------------------------------------------------
@@ -155,6 +159,20 @@ class IntegrationContract:
         assert probes[0]["meta"]["charter.outcome"] == "ok"
         assert probes[0]["input"] == _ARGS
         assert probes[0]["output"] is not None
+
+    def test_an_allowed_steps_intent_is_on_record_before_its_outcome(
+        self, adapter: ContractAdapter, governed: Callable[..., Governor]
+    ) -> None:
+        gov = governed([])  # sync durability: write-ahead
+        run = adapter.run_tool(gov, dict(_ARGS), True)
+        assert run.error is None, f"the run raised {run.error!r}"
+        records = self._trail(gov)
+        intents = [r for r in records if is_intent_record(r) and r["step_name"] == CONTRACT_TOOL]
+        assert len(intents) == 1, f"expected one intent record, got {len(intents)}"
+        (outcome,) = self._probes(records)
+        assert intents[0]["action_id"] == outcome["action_id"]
+        assert intents[0]["seq"] < outcome["seq"]
+        assert intents[0]["output"] is None and intents[0]["input"] == _ARGS
 
     def test_a_blocked_step_never_runs_and_is_recorded_once_by_the_gate(
         self, adapter: ContractAdapter, governed: Callable[..., Governor]
