@@ -143,7 +143,8 @@ def records(location: str, agent: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for task in store.list_tasks(agent):
             out.extend(store.read_task(task.task_id, agent))
-        return out
+        # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
+        return [r for r in out if not charter.audit.is_intent_record(r)]
     finally:
         store.close()
 

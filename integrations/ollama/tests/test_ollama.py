@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import charter
+import charter.audit
 import charter_ollama
 import ollama
 import pytest
@@ -39,7 +40,8 @@ def trail(gov: charter.Governor) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for task in store.list_tasks(gov.runner.agent_id):
         out.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    return out
+    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
+    return [r for r in out if not charter.audit.is_intent_record(r)]
 
 
 def models(gov: charter.Governor) -> list[dict[str, Any]]:
