@@ -15,7 +15,7 @@ from typing import Any
 import charter
 import charter.integration as ci
 import pytest
-from charter.audit import is_intent_record
+from charter.testing import recorded
 
 NO_BIG_MODEL = {
     "name": "no-big-model",
@@ -65,16 +65,7 @@ def client(tmp_path: Path) -> Iterator[Callable[..., ci.ModelClient]]:
 
 
 def trail(mc: ci.ModelClient) -> list[dict[str, Any]]:
-    gov = mc.gate.governor
-    gov.flush(5.0)
-    store = gov.runner.store
-    assert store is not None
-    assert store.verify().ok
-    out: list[dict[str, Any]] = []
-    for task in store.list_tasks(gov.runner.agent_id):
-        out.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
-    return [r for r in out if not is_intent_record(r)]
+    return recorded(mc.gate.governor)
 
 
 def model_records(mc: ci.ModelClient) -> list[dict[str, Any]]:

@@ -80,5 +80,6 @@ def test_the_module_api() -> None:
         "ToolRun",
         "charter_internal_errors",
         "pytest_configure",
+        "recorded",
         "swallowed_errors",
     ]

@@ -10,9 +10,9 @@ from typing import Any
 
 import anthropic
 import charter
-import charter.audit
 import charter_anthropic
 import pytest
+from charter.testing import recorded
 
 pytestmark = pytest.mark.block_network
 
@@ -40,21 +40,8 @@ NO_READ = {
 }
 
 
-def trail(gov: charter.Governor) -> list[dict[str, Any]]:
-    """Every record of the governor's agent, after checking that every chain verifies."""
-    gov.flush(5.0)
-    store = gov.runner.store
-    assert store is not None
-    assert store.verify().ok
-    out: list[dict[str, Any]] = []
-    for task in store.list_tasks(gov.runner.agent_id):
-        out.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
-    return [r for r in out if not charter.audit.is_intent_record(r)]
-
-
 def models(gov: charter.Governor) -> list[dict[str, Any]]:
-    return [r for r in trail(gov) if r["kind"] == "step.model"]
+    return [r for r in recorded(gov) if r["kind"] == "step.model"]
 
 
 def client_for(gov: charter.Governor) -> tuple[Any, charter_anthropic.Governance]:
@@ -251,7 +238,7 @@ def test_a_streamed_tool_use_is_judged_when_complete_and_refused_by_the_executor
     assert message["role"] == "user" and block["type"] == "tool_result"
     assert block["tool_use_id"] == "toolu_read_1" and block["is_error"] is True
     assert "no-read" in block["content"]
-    assert trail(gov)[-1]["meta"]["charter.outcome"] == "blocked"
+    assert recorded(gov)[-1]["meta"]["charter.outcome"] == "blocked"
 
 
 @pytest.mark.vcr
@@ -286,7 +273,7 @@ def test_the_sdks_tool_runner_runs_governed_copies_of_its_tools(
     assert final.content[0].text == "Probed by the runner."
     assert ran == [], "the runner ran a blocked tool"
     assert vcr.play_count == 2
-    steps = [(r["kind"], r["step_name"], r["meta"]["charter.outcome"]) for r in trail(gov)[1:]]
+    steps = [(r["kind"], r["step_name"], r["meta"]["charter.outcome"]) for r in recorded(gov)[1:]]
     assert steps == [
         ("step.model", MODEL, "ok"),
         ("step.unknown", "contract_probe", "blocked"),

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import charter
-import charter.audit
 import charter_ollama
 import ollama
 import pytest
+from charter.testing import recorded
 
 pytestmark = pytest.mark.block_network
 
@@ -31,21 +31,8 @@ NO_READ = {
 }
 
 
-def trail(gov: charter.Governor) -> list[dict[str, Any]]:
-    """Every record of the governor's agent, after checking that every chain verifies."""
-    gov.flush(5.0)
-    store = gov.runner.store
-    assert store is not None
-    assert store.verify().ok
-    out: list[dict[str, Any]] = []
-    for task in store.list_tasks(gov.runner.agent_id):
-        out.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
-    return [r for r in out if not charter.audit.is_intent_record(r)]
-
-
 def models(gov: charter.Governor) -> list[dict[str, Any]]:
-    return [r for r in trail(gov) if r["kind"] == "step.model"]
+    return [r for r in recorded(gov) if r["kind"] == "step.model"]
 
 
 @pytest.mark.vcr
@@ -170,7 +157,7 @@ def test_streamed_tool_calls_are_judged_and_the_executor_refuses_blocked_ones(
     [message] = governance.run_tools(stream, {"read_file": lambda path: "secret"})
     assert message["role"] == "tool" and message["tool_name"] == "read_file"
     assert "no-read" in message["content"]
-    assert trail(gov)[-1]["meta"]["charter.outcome"] == "blocked"
+    assert recorded(gov)[-1]["meta"]["charter.outcome"] == "blocked"
 
 
 @pytest.mark.vcr

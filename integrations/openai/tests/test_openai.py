@@ -8,10 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 import charter
-import charter.audit
 import charter_openai
 import openai
 import pytest
+from charter.testing import recorded
 
 pytestmark = pytest.mark.block_network
 
@@ -34,21 +34,8 @@ NO_DELETE = {
 FAKE_KEY = "sk-test-fake-0000000000000000"
 
 
-def trail(gov: charter.Governor) -> list[dict[str, Any]]:
-    """Every record of the governor's agent, after checking that every chain verifies."""
-    gov.flush(5.0)
-    store = gov.runner.store
-    assert store is not None
-    assert store.verify().ok
-    out: list[dict[str, Any]] = []
-    for task in store.list_tasks(gov.runner.agent_id):
-        out.extend(store.read_task(task.task_id, gov.runner.agent_id))
-    # Outcomes only: sync durability also stores each allowed step's intent ahead of it.
-    return [r for r in out if not charter.audit.is_intent_record(r)]
-
-
 def models(gov: charter.Governor) -> list[dict[str, Any]]:
-    return [r for r in trail(gov) if r["kind"] == "step.model"]
+    return [r for r in recorded(gov) if r["kind"] == "step.model"]
 
 
 def client_for(gov: charter.Governor, **kw: Any) -> tuple[Any, charter_openai.Governance]:
@@ -257,7 +244,7 @@ def test_streamed_tool_calls_are_judged_when_complete_and_run_through_charter(
     assert messages == [
         {"role": "tool", "tool_call_id": "call_read_2", "content": "contents of notes.txt"}
     ]
-    tool = trail(gov)[-1]
+    tool = recorded(gov)[-1]
     assert tool["step_name"] == "read_file" and tool["properties"]["tool"]["call_id"] == (
         "call_read_2"
     )
@@ -291,7 +278,7 @@ def test_requested_tool_calls_are_judged_on_arrival_and_the_executor_refuses_blo
     assert ran == ["read notes.txt"]
     assert messages[0] == {"role": "tool", "tool_call_id": "call_read_1", "content": "notes"}
     assert messages[1]["tool_call_id"] == "call_del_1" and "no-delete" in messages[1]["content"]
-    steps = [(r["kind"], r["step_name"], r["meta"]["charter.outcome"]) for r in trail(gov)[1:]]
+    steps = [(r["kind"], r["step_name"], r["meta"]["charter.outcome"]) for r in recorded(gov)[1:]]
     assert steps == [
         ("step.model", MODEL, "ok"),
         ("step.resource", "read_file", "ok"),

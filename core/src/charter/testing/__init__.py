@@ -36,6 +36,7 @@ from charter.testing._contract import (
 if typing.TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from charter._runtime.governor import Governor
     from charter._runtime.internal import InternalError
 
 __all__ = [
@@ -46,11 +47,33 @@ __all__ = [
     "ToolRun",
     "charter_internal_errors",
     "pytest_configure",
+    "recorded",
     "swallowed_errors",
 ]
 
 _MARKER = "allow_internal_errors"
 _FLUSH_SECONDS = 5.0
+
+
+def recorded(governor: Governor) -> list[dict[str, typing.Any]]:
+    """Every step outcome the Governor's agent has in its store, task by task in store order,
+    once its writes are flushed and every chain verifies (an `AssertionError` says which
+    check failed). Write-ahead intents (sync durability) are left out: each step's outcome
+    is its record here."""
+    from charter._audit.base import is_intent_record
+
+    governor.flush(_FLUSH_SECONDS)
+    store = governor.runner.store
+    assert store is not None, "the Governor has no audit store"
+    report = store.verify()
+    assert report.ok, str(report)
+    agent = governor.runner.agent_id
+    return [
+        r
+        for task in store.list_tasks(agent)
+        for r in store.read_task(task.task_id, agent)
+        if not is_intent_record(r)
+    ]
 
 
 def swallowed_errors(since: int = 0) -> list[InternalError]:
