@@ -1,7 +1,7 @@
 """The core package is layered: imports run down the layers, never up, never in a circle.
 
 Layers, lowest first: ``_model`` < ``_policy`` < ``_engine`` < ``_audit`` < ``_runtime`` <
-``_cli``; the public modules (``charter``, ``charter.rules``, ``charter.audit``,
+``_server`` < ``_cli``; the public modules (``charter``, ``charter.rules``, ``charter.audit``,
 ``charter.integration``, ``charter.testing``) sit on top. Every ``import`` statement counts,
 including those inside functions and ``if TYPE_CHECKING:`` blocks.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 import charter
 
 ROOT = Path(charter.__file__).parent
-LAYERS = ("_model", "_policy", "_engine", "_audit", "_runtime", "_cli")
+LAYERS = ("_model", "_policy", "_engine", "_audit", "_runtime", "_server", "_cli")
 PUBLIC = len(LAYERS)
 
 

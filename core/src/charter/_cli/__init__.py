@@ -1131,6 +1131,88 @@ def test_command(
 
 
 @main.command()
+@click.option(
+    "--project-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The project the server decides for (its socket and key are per project).",
+)
+@click.option(
+    "--policy",
+    "policies",
+    multiple=True,
+    help="Manifest file(s) (or baseline:NAME) for the protocol's own operations.",
+)
+@click.option("--store", default=None, help=_STORE_HELP)
+@click.option("--agent-id", default=None, help="The agent the protocol's operations judge for.")
+@click.option(
+    "--http",
+    "http",
+    default=None,
+    help="Also serve HTTP on HOST:PORT (loopback only; bearer token; OpenAPI at /v1/openapi.json).",
+)
+@click.option(
+    "--allow-remote", is_flag=True, help="Allow --http on an address that is not loopback."
+)
+@click.option(
+    "--idle-exit",
+    type=click.FloatRange(min=1),
+    default=None,
+    help="Stop after this many seconds without a request.",
+)
+@click.option("--stop", "stop", is_flag=True, help="Stop the project's running server and exit.")
+@click.option("--print-token", is_flag=True, help="Print the HTTP bearer token and exit.")
+def serve(
+    project_dir: Path,
+    policies: tuple[str, ...],
+    store: str | None,
+    agent_id: str | None,
+    http: str | None,
+    allow_remote: bool,
+    idle_exit: float | None,
+    stop: bool,
+    print_token: bool,
+) -> None:
+    """Run the project's decision server: one Runner for many calls (Claude Code hooks,
+    TypeScript and other agents), over a unix socket and optionally HTTP on loopback.
+
+    Stops on SIGTERM or SIGINT (the store is flushed). Exits 1 when another server owns
+    the project's socket, 2 on a usage error.
+    """
+    from charter._cli.serve import parse_http, run_serve, stop_server
+    from charter._server.files import ensure_secret, serve_dir
+
+    root = os.path.realpath(project_dir)
+    folder = Path(serve_dir(root))
+    if stop:
+        done, text = stop_server(folder)
+        click.echo(f"charter serve: {text}")
+        raise SystemExit(EXIT_OK if done else EXIT_FOUND)
+    if print_token:
+        click.echo(ensure_secret(folder / "token"))
+        raise SystemExit(EXIT_OK)
+    address = None
+    if http is not None:
+        try:
+            address = parse_http(http)
+        except ValueError as exc:
+            _fail(f"charter serve: {exc}")
+    files = [str(policy_path(p)) for p in policies]
+    raise SystemExit(
+        run_serve(
+            root,
+            policy_files=files,
+            store=store_url(store) if store else None,
+            agent_id=agent_id,
+            http=address,
+            allow_remote=allow_remote,
+            idle_exit=idle_exit,
+        )
+    )
+
+
+@main.command()
 @click.option("--store", default=None, help="Where to write the audit trail. " + _STORE_HELP)
 def demo(store: str | None) -> None:
     """Run a scripted agent session against the baseline policies, offline, no key needed.

@@ -546,6 +546,12 @@ class PolicyEngine:
                     rebuilt.action_ids.discard(aid)
             self._tasks[tid] = rebuilt
 
+    def forget_task(self, task_id: str) -> None:
+        """Drop an active task from memory without closing it (its id is not remembered as
+        ended): another process has appended to its chain, and it is to be restored anew."""
+        with self._lock:
+            self._tasks.pop(task_id, None)
+
     def active_tasks(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._tasks)

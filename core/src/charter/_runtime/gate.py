@@ -714,6 +714,22 @@ class Gate:
             logger.debug("charter: task %r not restored: %s", task_id, exc)
             return "unknown"
 
+    def resync_task(self, task_id: str) -> bool:
+        """For a long-lived process sharing a chain with others (a decision server beside
+        one-shot hooks, sync durability): when the store's head of `task_id` is not the
+        record this process wrote last, another process appended to it, so this process's
+        copy is dropped and the next `resume_task` restores it from the store. Returns
+        whether it was dropped; never raises (a store that cannot answer drops it too)."""
+        runner = self.governor.runner
+        try:
+            heads = runner.stored_head(task_id)
+            if heads is None or heads[0] == heads[1]:
+                return False
+        except Exception as exc:
+            logger.debug("charter: task %r head unreadable: %s", task_id, exc)
+        runner.forget_task(task_id)
+        return True
+
     def reopen(self, intent: Behavior | Mapping[str, Any]) -> StepHandle:
         """The handle of an intent allowed in another process (Claude Code's PreToolUse and
         PostToolUse run in two), so its outcome is recorded here, paired with it; its

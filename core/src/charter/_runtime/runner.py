@@ -573,6 +573,26 @@ class Runner:
                 self._reserved[tid] = intents_top
             self._activity[tid] = time.monotonic()
 
+    def stored_head(self, task_id: str) -> tuple[int, int] | None:
+        """(the seq of the chain's last committed record in the store, the seq this runner
+        last gave the task) for an active task; None when the task is not active here or
+        there is no store. In sync durability the two differ only when another process
+        appended to the chain since this one last did."""
+        store = self._writer.store
+        if store is None or self.engine.task_state(task_id) == "unknown":
+            return None
+        with self._lock(task_id):
+            if self.engine.task_state(task_id) in ("unknown", "ended"):
+                return None
+            return store.head(self.agent_id, task_id).seq, self._next_seq(task_id) - 1
+
+    def forget_task(self, task_id: str) -> None:
+        """Drop an active task from this runner without recording anything (another process
+        wrote to its chain): the next `restore_task` reads it afresh from the store."""
+        with self._lock(task_id):
+            self.engine.forget_task(task_id)
+            self._forget(task_id)
+
     def restore_intent(self, intent: Behavior | Mapping[str, Any]) -> None:
         """Re-register an intent allowed in another process, so its outcome can be recorded
         here (its ``meta["charter.eval"]``, if any, travels on). Refuses what

@@ -99,6 +99,12 @@ def claude() -> None:
     help="The program part of the hook command, e.g. "
     "'uv run --project \"$CLAUDE_PROJECT_DIR\" charter-claude-hook'.",
 )
+@click.option(
+    "--serve",
+    is_flag=True,
+    help="Ask the project's decision server first (charter serve; the SessionStart hook "
+    "starts it when it is not running). The server key is created and pinned.",
+)
 def install(
     scope: str,
     project_dir: Path,
@@ -110,6 +116,7 @@ def install(
     enforcement: str,
     fail_mode: str,
     hook_command: str | None,
+    serve: bool,
 ) -> None:
     """Register Charter's hook for every Claude Code event in a settings file.
 
@@ -122,6 +129,11 @@ def install(
     from charter_claude_code._policies import ConfigError, baseline_policies
     from charter_claude_code._trust import TrustError
 
+    if serve and scope == "user" and settings_file is None:
+        raise click.UsageError(
+            "--serve pins one project's server key: install it in that project's settings "
+            "(--project or --local), not --user"
+        )
     if not policies and not baseline:
         raise click.UsageError(
             "give --policy FILE (a manifest) or --baseline NAME: without policies the hook "
@@ -155,6 +167,7 @@ def install(
             enforcement=enforcement,
             fail_mode=fail_mode,
             program=hook_command,
+            serve=serve,
         )
     except (SettingsError, TrustError) as exc:
         click.echo(f"charter claude install: {exc}", err=True)
@@ -204,6 +217,7 @@ def trust(scope: str, project_dir: Path, settings_file: Path | None) -> None:
             enforcement=found["enforcement"],
             fail_mode=found["fail_mode"],
             program=hook,
+            serve=found["serve"],
         )
         reset = reset_heads(root)
     except (SettingsError, TrustError) as exc:

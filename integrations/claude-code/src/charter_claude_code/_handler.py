@@ -84,8 +84,10 @@ class HookConfig:
     ``CHARTER_MAX_OUTPUT_CHARS``); `cache` builds the templates from the verified trusted
     record instead of parsing their YAML. `pin` is the digest of the trusted policy set
     (see `_trust`); `enforcement` and `fail_mode` come only from here (the install), never
-    from ``CHARTER_ENFORCEMENT`` / ``CHARTER_FAIL_MODE`` or a manifest. Every other setting
-    comes from ``CHARTER_*`` variables.
+    from ``CHARTER_ENFORCEMENT`` / ``CHARTER_FAIL_MODE`` or a manifest. `serve` is the
+    digest of the project's decision server key (``--serve sha256:...``): the hook asks
+    that server first and trusts only answers proven with that key (see `_serve`). Every
+    other setting comes from ``CHARTER_*`` variables.
     """
 
     policy_files: tuple[str, ...] = ()
@@ -100,6 +102,7 @@ class HookConfig:
     pin: str | None = None
     enforcement: str = "enforce"
     fail_mode: str = "closed"
+    serve: str | None = None
 
 
 class _Refusal(Exception):
@@ -134,6 +137,7 @@ def handle_event(
     environ: Mapping[str, str] | None = None,
     timings: dict[str, float] | None = None,
     started: float | None = None,
+    gates: Any = None,
 ) -> HookAnswer:
     """Judge and record one Claude Code hook event; returns the answer. Never raises.
 
@@ -142,6 +146,9 @@ def handle_event(
     unusable. Anything that keeps Charter from deciding becomes `failure` (PreToolUse:
     deny; UserPromptSubmit: block; other events: a message to the user). `started` is the
     `time.monotonic()` at which the process started, from which `config.deadline` counts.
+    `gates` (the decision server's `charter_claude_code._serve.GateCache`) lends a
+    long-lived Gate instead of building one for this call; its copy of the session is
+    checked against the store first, so calls judged elsewhere in between are seen.
     """
     cfg = config or HookConfig()
     env = os.environ if environ is None else environ
@@ -154,7 +161,7 @@ def handle_event(
         name = _event_name(event, registered_as)
         assert isinstance(event, dict)
         deadline_at = (time.monotonic() if started is None else started) + cfg.deadline
-        return _Call(event, name, cfg, env, timings, deadline_at).run()
+        return _Call(event, name, cfg, env, timings, deadline_at, gates).run()
     except Exception as exc:  # the hook's one promise: never a crash, never a silent allow
         from charter_claude_code._trust import TrustError
 
@@ -242,8 +249,10 @@ class _Call:
         environ: Mapping[str, str],
         timings: dict[str, float] | None,
         deadline_at: float,
+        gates: Any = None,
     ) -> None:
         self.event = event
+        self.gates = gates
         self.deadline_at = deadline_at
         self.name = name
         self.config = config
@@ -292,7 +301,8 @@ class _Call:
             finally:
                 lock.release()
         finally:
-            self.gate.governor.close(1.0)
+            if self.gates is None:
+                self.gate.governor.close(1.0)
         return answer
 
     def _note_head(self) -> None:
@@ -306,6 +316,12 @@ class _Call:
 
         self.charter = charter
         self._time("import")
+        if self.gates is not None:
+            self.gate, self.policy_source, self.settings = self.gates.get(
+                self.config, self.root, self.environ, self.state_dir
+            )
+            self._time("gate")
+            return
         self.gate, self.policy_source, self.settings = open_gate(
             self.config,
             self.root,
@@ -329,6 +345,8 @@ class _Call:
         base = self.charter.task_id_from(self.session_id)
         tid = state.task_id or base
         while True:
+            if self.gates is not None:
+                gate.resync_task(tid)
             found = gate.resume_task(tid)
             history = gate.history(tid)
             stored = (history[-1].seq or 0) if history else 0

@@ -12,11 +12,14 @@ Command line (written by ``charter claude install``)::
     charter-claude-hook --event PreToolUse --policy /abs/policies.yaml [--baseline NAME]
         [--auto-approve] [--deadline 10] [--project-dir DIR] [--audit LOCATION]
         [--agent-id ID] [--max-output-chars N] [--pin sha256:DIGEST]
-        [--enforcement enforce|monitor] [--fail-mode closed|open] [--no-cache] [--doctor]
+        [--enforcement enforce|monitor] [--fail-mode closed|open] [--serve sha256:DIGEST]
+        [--no-cache] [--doctor]
 
-``--pin`` is the digest of the trusted policy set; ``--enforcement`` and ``--fail-mode`` are
-the only way to choose monitor mode or fail-open (``CHARTER_ENFORCEMENT`` and
-``CHARTER_FAIL_MODE`` are ignored, and so is a manifest's ``enforcement``).
+``--serve`` asks the project's decision server (``charter serve``) first; it names the
+digest of the server key the hook trusts (see `_serve`). ``--pin`` is the digest of the
+trusted policy set; ``--enforcement`` and ``--fail-mode`` are the only way to choose
+monitor mode or fail-open (``CHARTER_ENFORCEMENT`` and ``CHARTER_FAIL_MODE`` are ignored,
+and so is a manifest's ``enforcement``).
 
 ``--doctor`` prints the policy and store status as JSON instead of handling an event.
 With ``CHARTER_CLAUDE_TIMINGS=1`` in the environment the hook adds the CPU milliseconds of
@@ -37,7 +40,7 @@ _USAGE = (
     "usage: charter-claude-hook [--event NAME] [--policy FILE]... [--baseline NAME] "
     "[--auto-approve] [--deadline SECONDS] [--project-dir DIR] [--audit LOCATION] "
     "[--agent-id ID] [--max-output-chars N] [--pin sha256:DIGEST] [--enforcement enforce|monitor] "
-    "[--fail-mode closed|open] [--no-cache] [--doctor]"
+    "[--fail-mode closed|open] [--serve sha256:DIGEST] [--no-cache] [--doctor]"
 )
 
 
@@ -74,6 +77,7 @@ def parse_args(argv: Sequence[str]) -> _Args:
             "--pin",
             "--enforcement",
             "--fail-mode",
+            "--serve",
         )
         if takes_value:
             value = inline if eq else next(it, None)
@@ -103,6 +107,12 @@ def parse_args(argv: Sequence[str]) -> _Args:
                 if not value.startswith("sha256:") or len(value) != 71:
                     raise ValueError(f"--pin {value!r}: reinstall (charter claude install)")
                 kw["pin"] = value
+            elif name == "--serve":
+                if not value.startswith("sha256:") or len(value) != 71:
+                    raise ValueError(
+                        f"--serve {value!r}: reinstall (charter claude install --serve)"
+                    )
+                kw["serve"] = value
             elif name == "--enforcement":
                 if value not in ("enforce", "monitor"):
                     raise ValueError(f"--enforcement {value!r}: use enforce or monitor")
@@ -147,19 +157,23 @@ class _Emitter:
         raise AssertionError("unreachable")
 
     def _write(self, code: int, stdout: str, stderr: str) -> NoReturn:
-        from charter_claude_code._answers import last_resort
-
         try:
             if stdout:
                 _write_all(1, stdout.encode("utf-8", "replace"))
             if stderr:
                 _write_all(2, (stderr.rstrip("\n") + "\n").encode("utf-8", "replace"))
         except BaseException as exc:
-            fallback, text = last_resort(self.event, f"the answer could not be written ({exc})")
+            # Imported only here: the answers module costs a fresh process milliseconds.
+            fallback, text = 2, b"Charter: the hook could not answer\n"
             try:
-                _write_all(2, text)
+                from charter_claude_code._answers import last_resort
+
+                fallback, text = last_resort(self.event, f"the answer could not be written ({exc})")
             finally:
-                os._exit(fallback)
+                try:
+                    _write_all(2, text)
+                finally:
+                    os._exit(fallback)
         # os._exit: the answer is out and every record is committed; interpreter teardown
         # would only add latency (and atexit flushes have nothing left to do).
         os._exit(code)
@@ -207,9 +221,19 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     try:
         import json
 
+        raw = sys.stdin.buffer.read()
+        if "serve" in args.config_kw:
+            # The project's decision server, when it is up and proves who it is; else (None)
+            # this process judges the call itself, inside the same deadline.
+            from charter_claude_code._client import ask_server
+
+            left = deadline - (time.monotonic() - started_mono)
+            served = ask_server(raw_args, args.config_kw, raw, min(3.0, 0.3 * left))
+            if served is not None:
+                emitter.emit(*served)
+
         from charter_claude_code._handler import HookConfig, handle_event
 
-        raw = sys.stdin.buffer.read()
         try:
             event = json.loads(raw)
         except ValueError as exc:

@@ -142,13 +142,15 @@ def hook_command(
     fail_mode: str = "closed",
     project_dir: str | os.PathLike[str] | None = None,
     hook: str | None = None,
+    serve: str | None = None,
 ) -> str:
     """The shell command Claude Code runs for `event`, and the guard for events that can
     refuse. With `project_dir` (shared project settings) the entry is portable: policy
     files and the hook program inside the project go through ``$CLAUDE_PROJECT_DIR``, a
     hook program outside it is named from PATH; `hook` replaces the program (for instance
     ``uv run --project "$CLAUDE_PROJECT_DIR" charter-claude-hook``). Without, absolute
-    paths (the interpreter, the console script or ``-P -m charter_claude_code``)."""
+    paths (the interpreter, the console script or ``-P -m charter_claude_code``). `serve`
+    is the digest of the project's decision server key (``--serve``)."""
     root = os.fspath(project_dir) if project_dir is not None else None
     parts = [hook or _hook_program(python, root), "--event", event]
     for f in policy_files:
@@ -161,6 +163,8 @@ def hook_command(
     if pin:
         parts += ["--pin", pin]
     parts += ["--enforcement", enforcement, "--fail-mode", fail_mode]
+    if serve:
+        parts += ["--serve", serve]
     command = " ".join(parts)
     return command + GUARD if event in BLOCKABLE_EVENTS else command
 
@@ -257,6 +261,7 @@ def install_hooks(
     fail_mode: str = "closed",
     program: str | None = None,
     pin: str | None = None,
+    serve: bool = False,
 ) -> InstallResult:
     """Merge Charter's hooks for every event into the settings file at `path`, pinned.
 
@@ -269,7 +274,9 @@ def install_hooks(
     nothing else touched. The deadline defaults to a third of `timeout`, so the hook always
     answers (deny) before Claude Code would kill it. Refuses (SettingsError) a file that is
     not a JSON object or whose ``hooks`` is malformed, TrustError a policy set that does not
-    load; ValueError for a timeout under 3 s.
+    load; ValueError for a timeout under 3 s. `serve` makes the hooks ask the project's
+    decision server first (``charter serve``): the server key is created when missing
+    (``~/.charter/serve/<project key>/key``) and its digest pinned as ``--serve``.
     """
     if timeout < 3:
         raise ValueError("--timeout must be at least 3 seconds")
@@ -282,6 +289,11 @@ def install_hooks(
     raw, data = _read(path)
     if pin is None:
         pin = pin_governance(PinOptions(tuple(os.fspath(f) for f in policy_files), baseline, root))
+    served = None
+    if serve:
+        from charter.serve import ensure_key, key_digest, server_folder
+
+        served = key_digest(ensure_key(server_folder(root)))
     hooks = data.setdefault("hooks", {})
     if not isinstance(hooks, dict):
         raise SettingsError(f"{path}: 'hooks' is not an object; fix it first")
@@ -304,6 +316,7 @@ def install_hooks(
                 fail_mode=fail_mode,
                 project_dir=root if portable else None,
                 hook=program,
+                serve=served,
             ),
             "timeout": timeout,
         }
@@ -454,7 +467,8 @@ def pin_governance(options: PinOptions, environ: Any = None) -> str:
 
 def installed_options(path: Path) -> dict[str, Any]:
     """The options of Charter's installed PreToolUse hook in `path` (for `trust`):
-    policy_files, baseline, auto_approve, deadline, enforcement, fail_mode, timeout, hook.
+    policy_files, baseline, auto_approve, deadline, enforcement, fail_mode, timeout, hook,
+    serve (whether the hooks ask the decision server).
     Raises SettingsError when there is no Charter hook to read."""
     _, data = _read(path)
     pre = charter_hooks(data).get("PreToolUse")
@@ -475,6 +489,7 @@ def installed_options(path: Path) -> dict[str, Any]:
         "fail_mode": "closed",
         "timeout": entry.get("timeout", DEFAULT_TIMEOUT),
         "hook": command.split(" --event ", 1)[0],
+        "serve": False,
     }
     rest = iter(words[at:])
     for word in rest:
@@ -484,6 +499,9 @@ def installed_options(path: Path) -> dict[str, Any]:
             found[word[2:].replace("-", "_")] = next(rest, None)
         elif word == "--auto-approve":
             found["auto_approve"] = True
+        elif word == "--serve":
+            found["serve"] = True
+            next(rest, None)
     if found["deadline"] is not None:
         found["deadline"] = float(found["deadline"])
     return found

@@ -5,7 +5,10 @@ decide (the policy files, ``.claude/settings*.json`` with the hook command, ``.c
 with the trail, the trusted policy copy and the session state, the hook's own code) is a
 file the agent could rewrite. An always-on policy (`POLICY`, added to every policy set the
 hook judges with) refuses every step whose ``properties.claude.protected`` names such a
-path; `touched` computes that list for Write, Edit, MultiEdit, NotebookEdit and Bash.
+path; `touched` computes that list for Write, Edit, MultiEdit, NotebookEdit and Bash. The
+decision server's folder (``~/.charter/serve/``: its key and token) is protected against
+reading too (Read, Grep, Glob, LS, NotebookRead): a process that knew the key could pose as
+the server.
 
 Paths are resolved through symlinks. Bash is judged conservatively on its text and on core's
 parsed view of it (``properties.exec.shell``: words and redirection targets of every simple
@@ -49,6 +52,14 @@ _FILE_TOOLS = {
     "MultiEdit": "file_path",
     "NotebookEdit": "notebook_path",
 }
+# Tools that read: refused only where they would reach the decision server's secrets.
+_READ_TOOLS = {
+    "Read": "file_path",
+    "NotebookRead": "notebook_path",
+    "Grep": "path",
+    "Glob": "path",
+    "LS": "path",
+}
 _SETTINGS = "settings*.json"
 _GLOB_LIMIT = 200
 
@@ -61,6 +72,21 @@ class Protected:
     files: frozenset[str]
     trees: frozenset[str]
     settings_dirs: frozenset[str]
+    secrets: frozenset[str] = frozenset()
+
+    def reveals(self, real: str) -> bool:
+        """Whether reading `real` (a file, or a folder searched recursively) would reach
+        a secret tree: the decision server's key, which a fake server would need."""
+        for tree in self.secrets:
+            inside = real == tree or real.startswith(tree.rstrip(os.sep) + os.sep)
+            # A search of a folder holding the secrets, from Charter's own folder down.
+            parent = os.path.dirname(tree)
+            above = tree.startswith(real.rstrip(os.sep) + os.sep) and (
+                real == parent or real.startswith(parent.rstrip(os.sep) + os.sep)
+            )
+            if inside or above:
+                return True
+        return False
 
     def covers(self, real: str) -> bool:
         if real in self.files or real in self.settings_dirs:
@@ -92,10 +118,12 @@ def protected_for(
         if spec is not None and spec.origin:
             trees.add(os.path.dirname(_real(spec.origin)))
     settings = {_real(os.path.join(root, ".claude"))}
+    secrets = {_real(os.path.join(root, ".charter", "serve"))}
     home = environ.get("HOME") or os.path.expanduser("~")
     if home and home != "~":
         settings.add(_real(os.path.join(home, ".claude")))
         trees.add(_real(os.path.join(home, ".charter")))
+        secrets.add(_real(os.path.join(home, ".charter", "serve")))
     if audit_location.startswith(("sqlite:///", "jsonl:///")):
         store = _real(audit_location.split(":///", 1)[1])
         files.update({store, store + "-wal", store + "-shm", store + "-journal"})
@@ -103,7 +131,7 @@ def protected_for(
 
     for script in ("charter-claude-hook", "charter-claude"):
         files.add(_real(os.path.join(os.path.dirname(sys.executable), script)))
-    return Protected(frozenset(files), frozenset(trees), frozenset(settings))
+    return Protected(frozenset(files), frozenset(trees), frozenset(settings), frozenset(secrets))
 
 
 def _expand(word: str, cwd: str, environ: Mapping[str, str]) -> str:
@@ -212,6 +240,13 @@ def touched(
         if not isinstance(value, str) or not value:
             return []
         return _hits([_expand(value, cwd, environ)], cwd, protected)
+    if tool_name in _READ_TOOLS:
+        value = tool_input.get(_READ_TOOLS[tool_name])
+        if not isinstance(value, str) or not value:
+            return []
+        full = _expand(value, cwd, environ)
+        real = _real(full if os.path.isabs(full) else os.path.join(cwd, full))
+        return [real] if protected.reveals(real) else []
     if tool_name != "Bash":
         return []
     command = tool_input.get("command")

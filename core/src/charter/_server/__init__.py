@@ -1,0 +1,1 @@
+"""The local decision server (``charter serve``): its files, protocol, service and listeners."""

@@ -1,0 +1,126 @@
+"""Where a project's decision server keeps its socket, lock and secrets.
+
+Everything lives in one directory per project, ``~/.charter/serve/<key>/`` (mode 0700),
+where ``<key>`` is derived from the project's real path: outside the project, so that tools
+the agent runs over the project (Grep, Glob, a recursive copy) never reach the secrets, and
+short, so that the socket path fits the 104-108 bytes a unix socket address allows however
+deep the project lies. Without a home directory the project's own ``.charter/serve/`` is used.
+
+- ``charter.sock``: the unix socket (0600).
+- ``serve.lock``: held (flock) by the running server; a second server refuses to start.
+- ``server.json``: pid, project and HTTP address of the running server.
+- ``key``: the server's identity key (0600, 64 hex digits). The server proves it holds it by
+  signing each answer over the client's nonce (`proof`); a client that pinned the key's
+  digest (the Claude Code hook's ``--serve sha256:...``) trusts no other key.
+- ``token``: the bearer token HTTP clients send (0600).
+
+Paths are plain strings and nothing heavier than hashlib is imported: hook processes load
+this module on every call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+__all__ = [
+    "PROTOCOL",
+    "canonical_result",
+    "ensure_secret",
+    "key_digest",
+    "private_dir",
+    "proof",
+    "read_secret",
+    "serve_dir",
+    "socket_address",
+]
+
+PROTOCOL = 1
+_SECRET_BYTES = 32
+
+
+def serve_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = None) -> str:
+    """The server directory of the project at `root` (see the module docstring)."""
+    env = os.environ if environ is None else environ
+    real = os.path.realpath(os.fspath(root))
+    home = env.get("HOME") or ""
+    if not home or not os.path.isabs(home):
+        return os.path.join(real, ".charter", "serve")
+    key = hashlib.sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return os.path.join(home, ".charter", "serve", key)
+
+
+# sun_path holds 108 bytes on Linux (104 on macOS), the final NUL included.
+_MAX_ADDRESS = 100
+
+
+def socket_address(path: str | os.PathLike[str]) -> tuple[str, int | None]:
+    """(the address to bind or connect `path` with, a folder fd to close after). A path too
+    long for a socket address goes through ``/proc/self/fd/<folder fd>/<name>`` on Linux
+    (the kernel resolves it like any path); elsewhere it is returned as it is."""
+    text = os.fspath(path)
+    if len(os.fsencode(text)) <= _MAX_ADDRESS or not os.path.isdir("/proc/self/fd"):
+        return text, None
+    folder, name = os.path.split(text)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    return f"/proc/self/fd/{fd}/{name}", fd
+
+
+def private_dir(folder: str | os.PathLike[str]) -> None:
+    """Create `folder` (and its parents) and make it 0700."""
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    os.chmod(folder, 0o700)
+
+
+def read_secret(path: str | os.PathLike[str]) -> str | None:
+    """The secret stored at `path` (stripped), or None when it is missing or malformed."""
+    try:
+        with open(path, encoding="ascii") as handle:
+            text = handle.read(4 * _SECRET_BYTES).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(text) != 2 * _SECRET_BYTES or any(c not in "0123456789abcdef" for c in text):
+        return None
+    return text
+
+
+def ensure_secret(path: str | os.PathLike[str]) -> str:
+    """The secret at `path`, created (random, mode 0600, its folder 0700) when missing."""
+    found = read_secret(path)
+    if found is not None:
+        return found
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    private_dir(folder)
+    secret = os.urandom(_SECRET_BYTES).hex()
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, secret.encode("ascii"))
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    return secret
+
+
+def key_digest(secret: str) -> str:
+    """``sha256:`` and the hex digest of a key: what a client pins."""
+    return "sha256:" + hashlib.sha256(secret.encode("ascii")).hexdigest()
+
+
+def canonical_result(result: Any) -> bytes:
+    """The bytes a proof signs: the result as compact, key-sorted, ASCII-only JSON."""
+    return json.dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def proof(secret: str, nonce: str, result: Any) -> str:
+    """HMAC-SHA256 under the key `secret` of ``nonce + "\\n" + canonical_result(result)``."""
+    message = nonce.encode("ascii", "replace") + b"\n" + canonical_result(result)
+    return hmac.new(secret.encode("ascii"), message, hashlib.sha256).hexdigest()
