@@ -84,5 +84,6 @@ def bench(session: nox.Session) -> None:
         "bench/report.py",
         "bench/shell_view.py",
         "bench/model_clients.py",
+        "bench/serve.py",
     ):
         session.run("python", script)

@@ -84,27 +84,38 @@ class ServeProcess:
         return err.decode()
 
 
-@pytest.fixture
-def env(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
+def _env(base: Path) -> dict[str, str]:
+    home = base / "home"
     home.mkdir()
     out = {k: v for k, v in os.environ.items() if not k.startswith("CHARTER_")}
     out["HOME"] = str(home)
     return out
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    p = tmp_path / "proj"
+def _project(base: Path) -> Path:
+    p = base / "proj"
     p.mkdir()
     (p / "policies.yaml").write_text(POLICIES, encoding="utf-8")
     return p
 
 
 @pytest.fixture
-def server(project: Path, env: dict[str, str]):
+def env(tmp_path: Path) -> dict[str, str]:
+    return _env(tmp_path)
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    return _project(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):
+    """One server for the protocol tests (each starts tasks of its own)."""
+    base = tmp_path_factory.mktemp("served")
+    project = _project(base)
     s = ServeProcess(
-        project, env, "--policy", str(project / "policies.yaml"), "--http", "127.0.0.1:0"
+        project, _env(base), "--policy", str(project / "policies.yaml"), "--http", "127.0.0.1:0"
     ).start()
     yield s
     if s.proc is not None and s.proc.poll() is None:
@@ -158,8 +169,7 @@ def test_a_task_through_the_socket_allow_block_ask_and_record(server: ServeProce
     client.call(
         "record", {"action_id": approved["action_id"], "outcome": "failed", "error": "disk full"}
     )
-    assert client.call("end_task", {"task_id": tid})["ended"]
-    server.stop()
+    assert client.call("end_task", {"task_id": tid})["ended"]  # waits for its records
     import charter
 
     records = charter.open_store(f"sqlite:///{server.project}/.charter/audit.db").read_task(tid)
@@ -300,13 +310,10 @@ def test_one_server_per_project_and_a_stale_socket_is_cleaned(
     again.stop()
 
 
-def test_http_refuses_a_public_address_unless_forced(project: Path, env: dict[str, str]) -> None:
-    charter = str(Path(sys.executable).parent / "charter")
-    done = subprocess.run(
-        [charter, "serve", "--project-dir", str(project), "--http", "0.0.0.0:0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 1 and "loopback" in done.stderr and "--allow-remote" in done.stderr
+def test_http_refuses_a_public_address_unless_forced(project: Path) -> None:
+    from charter._cli import main
+    from click.testing import CliRunner
+
+    done = CliRunner().invoke(main, ["serve", "--project-dir", str(project), "--http", "0.0.0.0:0"])
+    assert done.exit_code == 1
+    assert "loopback" in done.output and "--allow-remote" in done.output
