@@ -241,3 +241,30 @@ def test_an_impostor_on_the_socket_path_produces_no_allow(
     finally:
         fake.kill()
         fake.wait(timeout=30)
+
+
+def test_session_start_starts_the_server_and_serve_stop_stops_it(session, project, hook_env):
+    folder = Path(server_folder(project, hook_env))
+    session.start()  # judged in-process; starts `charter serve` detached for the next calls
+    up = Served(project, hook_env)
+    for _ in range(1200):  # bounded: up to about a minute on a loaded machine
+        try:
+            before = up.requests()
+            break
+        except ClientError:
+            time.sleep(0.05)
+    else:
+        raise AssertionError((folder / "serve.log").read_text())
+    try:
+        ls = session.tool("Bash", {"command": "ls"})
+        assert ls.ran and up.requests() - before == 2 + 1
+    finally:
+        stopped = subprocess.run(
+            [CHARTER, "serve", "--stop", "--project-dir", str(project)],
+            env=hook_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert not (folder / "charter.sock").exists()
