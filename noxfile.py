@@ -85,5 +85,6 @@ def bench(session: nox.Session) -> None:
         "bench/shell_view.py",
         "bench/model_clients.py",
         "bench/serve.py",
+        "bench/shared_limits.py",
     ):
         session.run("python", script)

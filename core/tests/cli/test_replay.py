@@ -111,3 +111,47 @@ def test_replay_refuses_bad_policies_unknown_tasks_and_missing_stores(
     assert missing.code == 2 and "there is no audit store" in missing.err
     assert bad.code == 2 and "unknown rule_type 'nope'" in bad.err
     assert unknown.code == 2 and "no task zzzz" in unknown.err
+
+
+SHARED = """\
+name: shared
+version: 1
+policies:
+  - name: agent-sends
+    rule_type: max_steps
+    severity: critical
+    match: {kinds: [step.message]}
+    params: {max: 2, scope: agent}
+"""
+
+
+def test_replay_judges_shared_limits_on_the_counts_recorded_and_names_them(
+    cli: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "shared.yaml").write_text(SHARED)
+    location = f"sqlite:///{tmp_path}/shared.db"
+    for day in ("monday", "tuesday"):  # two tasks: the second is judged on the first's sends
+        gov = charter.Governor(policy_file=str(tmp_path / "shared.yaml"), audit_location=location)
+        with gov, gov.task(name=day):
+            for n in range(2):
+                try:
+                    with gov.step("step.message", "POST", name="send", input={"n": n}):
+                        pass
+                except charter.BlockedError:
+                    pass
+    same = cli("replay", "--policy", str(tmp_path / "shared.yaml"), "--store", location, "--all")
+    # Alone, tuesday's history holds no send: only the recorded counts reproduce its blocks.
+    assert same.code == 0 and "no decision would change" in same.out, same
+    assert "4 judged step(s) were judged on counts from outside their task" in same.out
+    assert "agent-sends: 2 across the agent" in same.out
+    as_json = cli(
+        "replay", "--policy", str(tmp_path / "shared.yaml"), "--store", location, "--json", "--all"
+    )
+    rows = [json.loads(line) for line in as_json.out.splitlines()]
+    assert [(r["new"], r["outside"][0]["count"]) for r in rows] == [
+        ("allow", 0),
+        ("allow", 1),
+        ("block", 2),
+        ("block", 2),
+    ]
+    assert rows[0]["outside"][0] == {"policies": ["agent-sends"], "scope": "agent", "count": 0}

@@ -39,6 +39,7 @@ from charter._audit.base import (
     seq_error,
 )
 from charter._audit.chain import ChainHead, PreparedEntry, check_seq, decode_json, seal
+from charter._audit.sqlite_counters import SQLiteCounters
 from charter._audit.verify import (
     RecordedHead,
     StoredRow,
@@ -138,6 +139,11 @@ class SQLiteStore:
             conn.close()
             raise
         self._conn = conn
+        self._counters = SQLiteCounters(self)
+
+    def counters(self) -> SQLiteCounters:
+        """The shared limit counters kept in this store's file (see `SQLiteCounters`)."""
+        return self._counters
 
     def _initialise(self, conn: sqlite3.Connection, create: bool) -> None:
         if not self._is_charter(conn):

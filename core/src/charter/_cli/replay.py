@@ -10,6 +10,13 @@ timestamp), so a replay under the same policies reproduces the recorded decision
 
 What was recorded is what is judged: secrets were masked before storage, and payloads stored
 in the metadata_only or sha256 payload modes keep no values for field rules to read.
+
+Limits that count outside the task (``scope: agent`` or ``scope: {per: ...}``) were judged on
+counts read from the store's shared counters, which the task's own records cannot rebuild:
+each such step carries them in ``meta["charter.shared"]``, the replay judges it with those
+same counts and every Change names them (`Change.outside`). A policy that counts outside the
+task but whose count was not recorded with the step (a new policy) cannot be judged and says
+so, as it would live.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class Change:
     new: str
     new_reason: str
     answered: str | None = None
+    outside: tuple[dict[str, Any], ...] = ()
 
     @property
     def changed(self) -> bool:
@@ -77,7 +85,15 @@ class Change:
             "new": self.new,
             "new_reason": self.new_reason,
             "answered": self.answered,
+            "outside": [dict(o) for o in self.outside],
         }
+
+    def outside_text(self) -> str:
+        """The counts from outside the task, in words ("" when there were none)."""
+        return "; ".join(
+            f"{', '.join(o['policies'])}: {o['count']} across the {o['scope']}"
+            for o in self.outside
+        )
 
 
 def old_decision(record: dict[str, Any], gates: dict[str, str]) -> tuple[str, str, str | None]:
@@ -97,6 +113,24 @@ def old_decision(record: dict[str, Any], gates: dict[str, str]) -> tuple[str, st
     return decision, reason, None
 
 
+def _outside(meta: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """What ``meta["charter.shared"]`` says was counted outside the task, per counter."""
+    found = meta.get("charter.shared")
+    counts = found.get("counts") if isinstance(found, dict) else None
+    out: list[dict[str, Any]] = []
+    for c in counts if isinstance(counts, list) else ():
+        if isinstance(c, dict) and isinstance(c.get("key"), str):
+            names = c.get("policies")
+            out.append(
+                {
+                    "policies": [str(n) for n in names] if isinstance(names, list) else [],
+                    "scope": str(c.get("scope", "")),
+                    "count": c.get("before"),
+                }
+            )
+    return tuple(out)
+
+
 def _intent(b: Behavior) -> Behavior:
     """The step as it was judged: no output, no seq, no marker Charter added afterwards."""
     meta = {k: v for k, v in b.meta.items() if not k.startswith("charter.")}
@@ -110,6 +144,7 @@ def replay_chain(
     from charter._engine.engine import PolicyEngine
     from charter._model.behavior import Behavior
     from charter._model.context import EvalContext
+    from charter._runtime.shared import shared_counts
 
     engine = PolicyEngine(options.policies)
     changes: list[Change] = []
@@ -137,7 +172,7 @@ def replay_chain(
             verdict = b.meta.get("charter.eval")
             if isinstance(verdict, dict) and b.kind.value.startswith("step."):
                 old, old_reason, answered = old_decision(record, gates)
-                result = engine.evaluate(_intent(b), context)
+                result = engine.evaluate(_intent(b), context, shared=shared_counts(b.meta))
                 changes.append(
                     Change(
                         b.agent_id,
@@ -150,6 +185,7 @@ def replay_chain(
                         result.decision.value,
                         result.reason,
                         answered,
+                        _outside(b.meta),
                     )
                 )
             if b.kind.value == "step.gate":
@@ -278,6 +314,20 @@ def _print_report(
                 Text(short_reason(c.new_reason) if c.new != "allow" else ""),
             )
         out.print(table)
+    outside = [c for c in results if c.outside]
+    if outside:
+        out.print(
+            f"{len(outside)} judged step(s) were judged on counts from outside their task "
+            "(shared limits, kept in the store and recorded with each step):",
+            markup=False,
+        )
+        for c in rows if rows else outside[:1]:
+            if c.outside:
+                out.print(
+                    f"  task {c.task_id[:12]} seq {c.seq} {c.step_name}: {c.outside_text()}",
+                    markup=False,
+                    highlight=False,
+                )
     stricter = sum(1 for c in changed if _RANK.get(c.new, 0) > _RANK.get(c.old, 0))
     looser = len(changed) - stricter
     if changed:

@@ -21,6 +21,7 @@ from charter._model.context import EvalContext, RuleContext
 from charter._model.errors import AgentBindingError, PolicyLoadError, TaskClosedError
 from charter._model.history import TaskHistory
 from charter._model.paths import FieldPath
+from charter._model.shared import SharedDemand
 from charter._policy.policy import (
     CompiledPolicy,
     EnforcementPoint,
@@ -301,6 +302,7 @@ class PolicyEngine:
         context: EvalContext,
         *,
         out_of_time: Callable[[], bool] | None = None,
+        shared: Mapping[str, float] | None = None,
     ) -> EvalResult:
         """Judge `intended` against every applicable policy whose selector matches it.
 
@@ -312,6 +314,10 @@ class PolicyEngine:
         `out_of_time` is the caller's deadline (the engine reads no clock): it is asked after
         each policy, and when it answers True with policies left to judge, EvaluationDeadline
         is raised instead of a verdict that would have skipped them.
+
+        `shared` holds the counts read outside the task for the step's `shared_demands`
+        (counter key -> what it held before this step); a policy counting outside the task
+        whose count is not there is violated, never judged on its task alone.
         """
         if context.agent_id != intended.agent_id or context.task_id != intended.task_id:
             raise ValueError(
@@ -327,7 +333,7 @@ class PolicyEngine:
                 # A task the engine has not seen is judged on an empty history; indexes built
                 # on this shared empty history never receive steps, so sharing it is safe.
                 history = self._empty_history
-            ctx = RuleContext(context, history)
+            ctx = RuleContext(context, history, shared)
             results: list[PolicyResult] = []
             applicable = self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
             lost = _lost_roots(intended)
@@ -340,6 +346,44 @@ class PolicyEngine:
                         raise EvaluationDeadline(i + 1, last + 1)
         decision, risk, reason = _aggregate(results)
         return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
+
+    def shared_demands(
+        self, intended: Behavior, context: EvalContext
+    ) -> tuple[tuple[SharedDemand, tuple[str, ...]], ...]:
+        """What `evaluate` would need counted outside the task for `intended`: one demand per
+        counter (policies with equal counting params share one), with the names of the
+        policies judging it. Pure: reads the policies and the step, nothing else; empty when
+        no applicable policy counts outside the task (the common case, kept cheap).
+        """
+        with self._lock:
+            if self._agent_id is not None and self._agent_id != intended.agent_id:
+                return ()
+            applicable = self._shared_for(context)
+        if not applicable:
+            return ()
+        found: dict[str, tuple[SharedDemand, list[str]]] = {}
+        for c in applicable:
+            if not c.selector.matches(intended):
+                continue
+            demand = c.prepared.shared_demand(intended, context.agent_id)
+            if demand is None:
+                continue
+            entry = found.setdefault(demand.key, (demand, []))
+            entry[1].append(c.policy.name)
+        return tuple((d, tuple(names)) for d, names in found.values())
+
+    def _shared_for(self, context: EvalContext) -> tuple[CompiledPolicy, ...]:
+        key = ("shared", context.environment, context.risk_classification, context.agent_id)
+        found = self._applicable.get(key)
+        if found is None:
+            found = tuple(
+                c
+                for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
+                if getattr(c.prepared, "scope", None) is not None
+                and callable(getattr(c.prepared, "shared_demand", None))
+            )
+            self._applicable[key] = found
+        return found
 
     def evaluate_registration(self, context: EvalContext) -> EvalResult:
         """Judge the agent itself (purpose, owner, classification) with registration policies."""

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from charter._model.identifiers import check_identifier
@@ -41,17 +43,31 @@ class EvalContext:
         object.__setattr__(self, "trusted_values", tuple(self.trusted_values))
 
 
+_NO_SHARED: Mapping[str, float] = MappingProxyType({})
+
+
 class RuleContext:
-    """Handed to every rule call: the evaluation context and the task's history (read only).
+    """Handed to every rule call: the evaluation context, the task's history (read only) and
+    the shared counts the caller read for this step.
+
+    `shared` maps a `SharedDemand.key` to what that counter held before this step (the
+    runner reserved it in the store; replay reads it from the step's record). A rule that
+    counts outside the task and finds no count for its key must not judge on anything else.
 
     A plain slotted class rather than a dataclass: one is built per evaluation, on the hot path.
     """
 
-    __slots__ = ("context", "history")
+    __slots__ = ("context", "history", "shared")
 
-    def __init__(self, context: EvalContext, history: TaskHistory) -> None:
+    def __init__(
+        self,
+        context: EvalContext,
+        history: TaskHistory,
+        shared: Mapping[str, float] | None = None,
+    ) -> None:
         self.context = context
         self.history = history
+        self.shared = _NO_SHARED if shared is None else shared
 
     @property
     def project_root(self) -> str | None:

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from charter._audit.base import INTENT_KEY, AuditStore
+from charter._audit.counters import CounterStore
 from charter._engine.engine import (
     Decision,
     EvalResult,
@@ -56,6 +57,7 @@ from charter._model.errors import AgentBindingError, AuditError
 from charter._runtime.internal import internal_error_count, report_internal_error
 from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
+from charter._runtime.shared import SHARED_KEY, Demands, SharedCounts, SharedLimits
 from charter._runtime.sources import PolicySources
 from charter._runtime.writer import AuditWriter, ExporterLike
 
@@ -79,7 +81,8 @@ class Runner:
     (ValueError) bad settings, and raises PolicyLoadError for invalid inline policies; file and
     cache problems never raise, they set the load state (see `status`) and the fail mode
     decides. `store` and `exporters` replace the store opened from `audit_location` and add
-    exporters (tests, custom sinks).
+    exporters (tests, custom sinks); `counters` replaces the store's shared limit counters
+    (see `charter._runtime.shared`).
 
     Thread-safe. Calls for one task are serialised by a per-task lock, so a step's verdict
     and its recording see the same history.
@@ -91,6 +94,7 @@ class Runner:
         *,
         store: AuditStore | None = None,
         exporters: Iterable[ExporterLike] = (),
+        counters: CounterStore | None = None,
         **kwargs: Any,
     ) -> None:
         if settings is None:
@@ -113,6 +117,7 @@ class Runner:
             prepare=self._redactor.redact,
         )
         self._sync = settings.audit_durability == "sync"
+        self._shared = SharedLimits(self._writer.open_store, settings.shared_hold_seconds, counters)
         self._guard = threading.Lock()
         self._locks: dict[str, threading.RLock] = {}
         self._contexts: dict[str, EvalContext] = {}
@@ -205,7 +210,13 @@ class Runner:
         self._check_skew(intended)
         self._sources.maybe_reload()
         ctx = self._checked_context(intended, context)
-        return self._enforced(self._judge(intended, ctx))[0]
+        demands = self.engine.shared_demands(intended, ctx)
+        if not demands:
+            return self._enforced(self._judge(intended, ctx))[0]
+        read = self._shared.read(demands)
+        if isinstance(read, str):
+            return self._unshared(intended, demands, read)
+        return self._enforced(self._judge(intended, ctx, read.counts))[0]
 
     def evaluate(self, intended: Behavior, context: EvalContext | None = None) -> EvalResult:
         """Gate one step before it runs; never raises because of a policy or an engine bug.
@@ -238,15 +249,58 @@ class Runner:
             )
         if intended.action_id is None:
             intended = derive(intended, action_id=_new_id())
+        intended = _own_shared(intended)
         tid = intended.task_id
         with self._lock(tid):
             self._activity[tid] = time.monotonic()
-            result, verdict = self._enforced(self._judge(intended, ctx))
+            demands = self.engine.shared_demands(intended, ctx)
+            if not demands:
+                result, verdict = self._enforced(self._judge(intended, ctx))
+                if result.decision is Decision.BLOCK:
+                    return self._record_block(intended, result, verdict)
+                if result.decision is not Decision.ASK:
+                    return self._admit(intended, result, verdict)
+                return result
+            return self._evaluate_shared(intended, ctx, demands)
+
+    def _evaluate_shared(
+        self, intended: Behavior, ctx: EvalContext, demands: Demands
+    ) -> EvalResult:
+        """`evaluate` for a step counted outside its task: reserve, judge on the counts read,
+        then keep the reservation with the admitted intent or release it. Task lock held."""
+        held = self._shared.reserve(demands)
+        if isinstance(held, str):
+            blocked = self._unshared(intended, demands, held)
+            return self._record_block(intended, blocked, self._verdict(blocked))
+        intended = _with_meta(intended, {SHARED_KEY: held.meta})
+        result, verdict = self._enforced(self._judge(intended, ctx, held.counts))
+        if result.decision is not Decision.ALLOW and result.decision is not Decision.WARN:
+            # Blocked, or waiting for an approval (authorize reserves again): the unit is
+            # not held while nothing runs.
+            self._shared.release(held.meta)
             if result.decision is Decision.BLOCK:
                 return self._record_block(intended, result, verdict)
-            if result.decision is not Decision.ASK:
-                return self._admit(intended, result, verdict)
             return result
+        admitted = self._admit(intended, result, verdict)
+        if admitted.decision is Decision.BLOCK:
+            self._shared.release(held.meta)
+        return admitted
+
+    def _unshared(self, intended: Behavior, demands: Demands, why: str) -> EvalResult:
+        """The block for a step whose shared counts could not be read or reserved: whatever
+        the fail mode and the enforcement, it is never judged on a partial count."""
+        names = sorted({n for _, group in demands for n in group})
+        scopes = sorted({d.scope for d, _ in demands})
+        return EvalResult(
+            Decision.BLOCK,
+            1.0,
+            (),
+            intended.action_id,
+            None,
+            f"blocked: {why}; policies {', '.join(repr(n) for n in names)} count across the "
+            f"{' and '.join(scopes)}, and Charter does not judge a limit on a count it could "
+            "not read",
+        )
 
     def record_block(self, intended: Behavior, result: EvalResult) -> EvalResult:
         """Record `intended` as blocked with `result` as its verdict (e.g. after an approval
@@ -255,6 +309,7 @@ class Runner:
         self._check_agent(intended)
         if intended.action_id is None:
             intended = derive(intended, action_id=_new_id())
+        intended = _own_shared(intended)
         blocked = dataclasses.replace(result, decision=Decision.BLOCK, action_id=intended.action_id)
         with self._lock(intended.task_id):
             self._activity[intended.task_id] = time.monotonic()
@@ -268,11 +323,30 @@ class Runner:
         self._check_agent(intended)
         if intended.action_id is None:
             intended = derive(intended, action_id=_new_id())
+        intended = _own_shared(intended)
         verdict = self._verdict(result)
         verdict["approved"] = True
         with self._lock(intended.task_id):
             self._activity[intended.task_id] = time.monotonic()
+            ctx = self.context_for(intended.task_id)
+            demands = self.engine.shared_demands(intended, ctx)
+            held: SharedCounts | None = None
+            if demands:
+                # The approval does not lift a shared limit: the units are taken now, and a
+                # limit that filled up while a person decided blocks the step.
+                got = self._shared.reserve(demands)
+                if isinstance(got, str):
+                    blocked = self._unshared(intended, demands, got)
+                    return self._record_block(intended, blocked, self._verdict(blocked))
+                held = got
+                intended = _with_meta(intended, {SHARED_KEY: held.meta})
+                now = self._enforced(self._judge(intended, ctx, held.counts))
+                if now[0].decision is Decision.BLOCK:
+                    self._shared.release(held.meta)
+                    return self._record_block(intended, now[0], now[1])
             admitted = self._admit(intended, result, verdict)
+            if held is not None and admitted.decision is Decision.BLOCK:
+                self._shared.release(held.meta)
         if admitted.decision is Decision.BLOCK:
             return admitted
         return dataclasses.replace(result, action_id=intended.action_id)
@@ -326,7 +400,9 @@ class Runner:
             )
         return context
 
-    def _judge(self, b: Behavior, ctx: EvalContext) -> EvalResult:
+    def _judge(
+        self, b: Behavior, ctx: EvalContext, shared: Mapping[str, float] | None = None
+    ) -> EvalResult:
         self.evaluated += 1
         boundary = b.kind in TASK_BOUNDARY_KINDS
         if not self._sources.usable:
@@ -335,7 +411,9 @@ class Runner:
         limit = self.settings.evaluation_deadline_seconds
         deadline = time.monotonic() + limit
         try:
-            return self.engine.evaluate(b, ctx, out_of_time=lambda: time.monotonic() > deadline)
+            return self.engine.evaluate(
+                b, ctx, out_of_time=lambda: time.monotonic() > deadline, shared=shared
+            )
         except EvaluationDeadline as late:
             self.evaluation_errors += 1
             logger.warning("charter: judging %s ran past its deadline (%s)", b.step_name, late)
@@ -428,15 +506,18 @@ class Runner:
         when the store fails; the history is then unchanged.
         """
         self._check_agent(outcome)
+        outcome = _own_shared(outcome)
         tid = outcome.task_id
         with self._lock(tid):
             self._activity[tid] = time.monotonic()
             extra: dict[str, Any] = {}
             aid = outcome.action_id
-            if aid is not None and "charter.eval" not in outcome.meta:
-                intent = self.engine.open_intent(tid, aid)
-                if intent is not None and "charter.eval" in intent.meta:
+            intent = self.engine.open_intent(tid, aid) if aid is not None else None
+            if intent is not None:
+                if "charter.eval" not in outcome.meta and "charter.eval" in intent.meta:
                     extra["charter.eval"] = intent.meta["charter.eval"]
+                if SHARED_KEY in intent.meta:
+                    extra[SHARED_KEY] = intent.meta[SHARED_KEY]
             return self._commit(outcome, extra)
 
     def _commit(self, outcome: Behavior, extra: dict[str, Any] | None = None) -> Behavior:
@@ -449,12 +530,15 @@ class Runner:
         engine = self.engine
         checkpoint = engine.checkpoint(tid) if self._sync and self._writer.enabled else None
         recorded: list[Behavior] = []
+        settle: list[tuple[Any, Behavior]] = []  # (the intent's charter.shared, its outcome)
         extra = dict(extra) if extra else {}
         try:
             if outcome.kind in CLOSING_KINDS and engine.task_state(tid) == "open":
                 for intent in engine.open_intents(tid):
                     abandoned = _with_meta(intent, {"charter.outcome": Outcome.ABANDONED.value})
                     recorded.append(engine.record(derive(abandoned, seq=self._next_seq(tid))))
+                    if SHARED_KEY in intent.meta:
+                        settle.append((intent.meta[SHARED_KEY], recorded[-1]))
                 # The closing record is the chain's last; its seq is the chain's length.
                 extra["charter.chain"] = {"final": True, "count": self._next_seq(tid)}
             changes: dict[str, Any] = {}
@@ -467,7 +551,10 @@ class Runner:
                 changes["seq"] = self._next_seq(tid)
             if changes:
                 outcome = derive(outcome, **changes)
+            own = engine.open_intent(tid, outcome.action_id) if outcome.action_id else None
             recorded.append(engine.record(outcome))
+            if own is not None and SHARED_KEY in own.meta:
+                settle.append((own.meta[SHARED_KEY], recorded[-1]))
         except BaseException:
             if checkpoint is not None:
                 engine.rollback(checkpoint)
@@ -487,6 +574,8 @@ class Runner:
             ticket = self._writer.submit(wires)
             if ticket:
                 self._tickets[tid] = ticket
+        for meta, done in settle:
+            self._shared.settle(meta, done)
         return recorded[-1]
 
     # -- task lifecycle -----------------------------------------------------------------------
@@ -786,6 +875,14 @@ def derive(b: Behavior, **changes: Any) -> Behavior:
     for name, value, put in zip(_FIELDS, _GET(b), _PUT, strict=True):
         put(new, changes.get(name, value))
     return new
+
+
+def _own_shared(b: Behavior) -> Behavior:
+    """`b` without a ``charter.shared`` its caller put there: only the runner writes the
+    counts a step was judged with (a forged one could release other steps' units)."""
+    if SHARED_KEY not in b.meta:
+        return b
+    return derive(b, meta={k: v for k, v in b.meta.items() if k != SHARED_KEY})
 
 
 def _with_meta(b: Behavior, extra: Mapping[str, Any]) -> Behavior:

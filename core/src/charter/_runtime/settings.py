@@ -193,6 +193,9 @@ _SPECS: dict[str, _Spec] = {
     "task_idle_seconds": _Spec(_number(0, False), "idle tasks are closed after this"),
     "sweep_interval_seconds": _Spec(_number(0, False), "how often idle tasks are looked for"),
     "template_location": _Spec(_text, "behavior templates file (used by integrations)"),
+    "shared_hold_seconds": _Spec(
+        _number(0, False), "a running step's share of an agent-wide limit expires after this"
+    ),
 }
 
 
@@ -233,6 +236,7 @@ class Settings:
     task_idle_seconds: float = 3_600.0
     sweep_interval_seconds: float = 60.0
     template_location: str | None = None
+    shared_hold_seconds: float = 3_600.0
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:

@@ -143,6 +143,13 @@ class AuditWriter:
                 self._store_error = None
             return self._store
 
+    def open_store(self) -> AuditStore | None:
+        """The store, opened now if it could not be before; None when auditing is off.
+        Raises what opening it raises."""
+        if not self.enabled:
+            return None
+        return self._store or self._open()
+
     @property
     def target(self) -> str:
         """The store records go to, for messages: the open store's own location (a store

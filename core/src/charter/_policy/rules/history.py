@@ -11,6 +11,12 @@ default it also counts failed and abandoned steps (they reached, or may have rea
 target); blocked steps never ran and are never counted.
 
 The step being judged is an intent: its own timestamp is the only clock these rules read.
+
+`max_steps`, `rate_limit` and `budget` take a `scope` (see `charter._policy.rules._scope`):
+beyond the task they judge the count the runner read from the store for this step
+(`RuleContext.shared`), what every other step in the scope holds now, and never the task's
+history (it is in that count already). Their windows are then the runner's clock at the
+reservation, not step timestamps.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, O
 from charter._model.context import RuleContext
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath, parse_path
+from charter._model.shared import SharedDemand
 from charter._policy.regex import compile_re2
 from charter._policy.registry import Violation, rule
 from charter._policy.rules._fields import FIELD_SCHEMA, if_missing_schema
@@ -36,12 +43,14 @@ from charter._policy.rules._indexes import (
     TimeIndex,
     TriggerIndex,
     Where,
+    index_key,
     micros,
     numbers_at,
     provenance_keys,
     step_digest,
     trusted_candidates,
 )
+from charter._policy.rules._scope import SCOPE_SCHEMA, Scope, parse_scope
 from charter._policy.selector import SELECTOR_SCHEMA, Selector
 
 __all__ = [
@@ -95,17 +104,33 @@ def _ordinal(n: int) -> str:
 # -- max_steps ---------------------------------------------------------------------------------
 
 
+_OK_KEEPS = ("ok",)
+_ATTEMPT_KEEPS = ("abandoned", "failed", "ok")
+
+
 class _MaxSteps(NamedTuple):
     max: int
     select: Selector
     key: str
     factory: Callable[[], CountIndex]
+    scope: Scope | None
+    counter: str
+
+    def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
+        if self.scope is None or not self.select.matches(view):
+            return None
+        return self.scope.demand(view, agent_id, self.counter, 1, None, _OK_KEEPS, None)
 
 
 def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
     select = Selector.from_params(params.get("select"))
     return _MaxSteps(
-        params["max"], select, CountIndex.key(select), functools.partial(CountIndex, select)
+        params["max"],
+        select,
+        CountIndex.key(select),
+        functools.partial(CountIndex, select),
+        parse_scope(params.get("scope")),
+        index_key("charter.shared.count_ok", select.key),
     )
 
 
@@ -114,7 +139,8 @@ def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
     description=(
         "At most `max` steps matching `select` in the task, counting recorded ok steps, steps "
         "still running and the step being judged; the (max+1)th is violated. A judged step "
-        "that `select` does not match is not counted and complies."
+        "that `select` does not match is not counted and complies. `scope` agent or "
+        "{per: field} counts across every task and process of the agent instead, in the store."
     ),
     params_schema={
         "type": "object",
@@ -122,6 +148,7 @@ def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
         "properties": {
             "max": {"type": "integer", "minimum": 0},
             "select": _SELECT,
+            "scope": SCOPE_SCHEMA,
         },
     },
     example_params={"max": 25, "select": {"kinds": ["step.model"]}},
@@ -131,6 +158,16 @@ def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
 def max_steps(view: Behavior, p: _MaxSteps, ctx: RuleContext) -> Verdict:
     if not p.select.matches(view):
         return True
+    if p.scope is not None:
+        before = _shared_count(view, p.scope, p.counter, ctx)
+        if isinstance(before, Violation):
+            return before
+        if before + 1 <= p.max:
+            return True
+        return Violation(
+            f"this would be the {_ordinal(int(before) + 1)} matching step across the "
+            f"{p.scope.text} (limit {p.max}): {_fmt(before)} counted in the shared store"
+        )
     done = ctx.history.index(p.key, p.factory).count
     running = _count_running(ctx, view, p.select.matches)
     if done + running + 1 <= p.max:
@@ -154,6 +191,14 @@ class _RateLimit(NamedTuple):
     select: Selector
     key: str
     factory: Callable[[], TimeIndex]
+    scope: Scope | None
+    counter: str
+    keeps: tuple[str, ...]
+
+    def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
+        if self.scope is None or not self.select.matches(view):
+            return None
+        return self.scope.demand(view, agent_id, self.counter, 1, self.window_us, self.keeps, None)
 
 
 def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
@@ -161,7 +206,8 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
     window_us = round(seconds * 1_000_000)
     if window_us < 1:
         raise ValueError("window_seconds must be at least one microsecond")
-    outcomes = _OK_ONLY if params.get("count", "attempts") == "ok" else _ATTEMPTS
+    only_ok = params.get("count", "attempts") == "ok"
+    outcomes = _OK_ONLY if only_ok else _ATTEMPTS
     select = Selector.from_params(params.get("select"))
     return _RateLimit(
         params["max"],
@@ -170,6 +216,9 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
         select,
         TimeIndex.key(select, outcomes),
         functools.partial(TimeIndex, select, outcomes),
+        parse_scope(params.get("scope")),
+        index_key("charter.shared.times", select.key, only_ok, window_us),
+        _OK_KEEPS if only_ok else _ATTEMPT_KEEPS,
     )
 
 
@@ -181,7 +230,9 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
         "`window_seconds` earlier is outside the window (steps stamped later than now are "
         "inside). Counts recorded steps, steps still running and the judged step. count: "
         "attempts (default) counts ok, failed and abandoned steps; ok counts only ok steps. "
-        "Blocked steps never ran and never count. A judged step `select` does not match complies."
+        "Blocked steps never ran and never count. A judged step `select` does not match complies. "
+        "`scope` agent or {per: field} counts across the agent instead, in the store, with the "
+        "window on the runner's clock."
     ),
     params_schema={
         "type": "object",
@@ -195,6 +246,7 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
                 "enum": ["attempts", "ok"],
                 "description": "Which recorded steps count (default attempts: not blocked).",
             },
+            "scope": SCOPE_SCHEMA,
         },
     },
     example_params={"max": 10, "window_seconds": 60, "select": {"step_names": ["search_*"]}},
@@ -204,6 +256,17 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
 def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
     if not p.select.matches(view):
         return True
+    if p.scope is not None:
+        before = _shared_count(view, p.scope, p.counter, ctx)
+        if isinstance(before, Violation):
+            return before
+        if before + 1 <= p.max:
+            return True
+        return Violation(
+            f"this would be the {_ordinal(int(before) + 1)} matching step within "
+            f"{p.window_text} seconds across the {p.scope.text} (limit {p.max}): "
+            f"{_fmt(before)} counted in the shared store"
+        )
     after = micros(view.timestamp) - p.window_us
     recorded = ctx.history.index(p.key, p.factory).count_after(after)
     running = _count_running(
@@ -227,17 +290,50 @@ class _Budget(NamedTuple):
     select: Selector
     key: str
     factory: Callable[[], SumIndex]
+    scope: Scope | None
+    counter: str
+    window_us: int | None
+    window_text: str
+
+    def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
+        if self.scope is None:
+            return None
+        if not self.select.matches(view):
+            # Judged against the counter, taking nothing from it.
+            return self.scope.demand(view, agent_id, self.counter, 0, self.window_us, (), None)
+        amount, bad = numbers_at(self.path, view)
+        if bad:
+            return None
+        return self.scope.demand(
+            view, agent_id, self.counter, amount, self.window_us, _OK_KEEPS, self.path.text
+        )
 
 
 def _prepare_budget(params: dict[str, Any]) -> _Budget:
     path = parse_path(params["field"])
     select = Selector.from_params(params.get("select"))
+    scope = parse_scope(params.get("scope"))
+    seconds = params.get("window_seconds")
+    window_us: int | None = None
+    if seconds is not None:
+        if scope is None:
+            raise ValueError(
+                "window_seconds needs scope agent or {per: <field path>}: a task's budget "
+                "counts the whole task (remove window_seconds, or set a scope)"
+            )
+        window_us = round(seconds * 1_000_000)
+        if window_us < 1:
+            raise ValueError("window_seconds must be at least one microsecond")
     return _Budget(
         path,
         params["limit"],
         select,
         SumIndex.key(select, path),
         functools.partial(SumIndex, select, path),
+        scope,
+        index_key("charter.shared.sum_ok", select.key, path.text, window_us),
+        window_us,
+        "" if seconds is None else _fmt(seconds),
     )
 
 
@@ -248,7 +344,9 @@ def _prepare_budget(params: dict[str, Any]) -> _Budget:
         "still running and the judged step must stay <= `limit`. Outcome-only values (model "
         "token usage) count once recorded; the judged intent adds what it carries (often "
         "nothing). Once the budget is spent every step the policy matches is violated. "
-        "Negative numbers count as 0; a non-number at `field` of the judged step violates."
+        "Negative numbers count as 0; a non-number at `field` of the judged step violates. "
+        "`scope` agent or {per: field} sums across the agent instead, in the store, over "
+        "`window_seconds` when given."
     ),
     params_schema={
         "type": "object",
@@ -257,6 +355,13 @@ def _prepare_budget(params: dict[str, Any]) -> _Budget:
             "field": FIELD_SCHEMA,
             "limit": {"type": "number", "minimum": 0},
             "select": _SELECT,
+            "scope": SCOPE_SCHEMA,
+            "window_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "description": "With a scope beyond the task: only what was spent within "
+                "this many seconds counts (a sliding window), e.g. 86400 for a day.",
+            },
         },
     },
     example_params={
@@ -268,6 +373,8 @@ def _prepare_budget(params: dict[str, Any]) -> _Budget:
     _builtin=True,
 )
 def budget(view: Behavior, p: _Budget, ctx: RuleContext) -> Verdict:
+    if p.scope is not None:
+        return _shared_budget(view, p, p.scope, ctx)
     spent = ctx.history.index(p.key, p.factory).total
     running: float = 0
     if ctx.history.open_intents:
@@ -286,6 +393,38 @@ def budget(view: Behavior, p: _Budget, ctx: RuleContext) -> Verdict:
         f"{p.path.text} would total {_fmt(total)}, above the budget of {_fmt(p.limit)} "
         f"(spent {_fmt(spent)}, running {_fmt(running)}, this step {_fmt(this)})"
     )
+
+
+def _shared_budget(view: Behavior, p: _Budget, scope: Scope, ctx: RuleContext) -> Verdict:
+    this: float = 0
+    if p.select.matches(view):
+        this, bad = numbers_at(p.path, view)
+        if bad:
+            return Violation(f"{p.path.text} value {bad[0]!r:.60} is not a number")
+    spent = _shared_count(view, scope, p.counter, ctx)
+    if isinstance(spent, Violation):
+        return spent
+    if spent + this <= p.limit:
+        return True
+    within = f" within {p.window_text} seconds" if p.window_text else ""
+    return Violation(
+        f"{p.path.text} would total {_fmt(spent + this)}{within} across the {scope.text}, above "
+        f"the budget of {_fmt(p.limit)} (spent or running {_fmt(spent)} in the shared store, "
+        f"this step {_fmt(this)})"
+    )
+
+
+def _shared_count(
+    view: Behavior, scope: Scope, counter: str, ctx: RuleContext
+) -> float | Violation:
+    """What the shared counter held before this step, as the caller read it for this step."""
+    key = scope.key(view, ctx.context.agent_id, counter)
+    if isinstance(key, Violation):
+        return key
+    before = ctx.shared.get(key)
+    if before is None:
+        return scope.missing(key)
+    return before
 
 
 # -- requires_gate -----------------------------------------------------------------------------
