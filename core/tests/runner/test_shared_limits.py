@@ -165,6 +165,7 @@ def test_counters_that_cannot_be_reserved_block_the_step_with_the_reason(
     assert reason.startswith("blocked: the shared limit counters in memory://counters could not")
     assert "disk I/O error" in reason and "'sends' count across the agent" in reason
     assert _outcomes(db) == ["blocked"]
+    assert g.runner.status()["counters"]["shared_refused"] == 1
     counters.failing = None
     with g.task(name="later"):
         assert _send(g, "a@example.com") == "allow"
@@ -215,6 +216,12 @@ def test_bad_scopes_are_refused_naming_what_to_write(params: dict[str, Any], mes
     with pytest.raises(PolicyLoadError) as info:
         charter.PolicyEngine([_policy("p", "max_steps", **params)])
     assert message in str(info.value)
+
+
+def test_a_shared_limit_cannot_hide_inside_a_compound_rule() -> None:
+    nested = {"rule_type": "max_steps", "params": {"max": 1, "scope": "agent"}}
+    with pytest.raises(PolicyLoadError, match="cannot be nested in all_of, any_of or not"):
+        charter.PolicyEngine([_policy("p", "not", condition=nested)])
 
 
 def test_a_budget_window_needs_a_scope_beyond_the_task() -> None:

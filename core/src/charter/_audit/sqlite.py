@@ -139,7 +139,7 @@ class SQLiteStore:
             conn.close()
             raise
         self._conn = conn
-        self._counters = SQLiteCounters(self)
+        self._counters = SQLiteCounters(self.location, self._connection, _begin_write)
 
     def counters(self) -> SQLiteCounters:
         """The shared limit counters kept in this store's file (see `SQLiteCounters`)."""

@@ -22,15 +22,11 @@ untouched; a store that never counts outside a task never has them):
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, suppress
 
 from charter._audit.base import StoreError
 from charter._audit.counters import Claim, Reservation, Unit
-
-if TYPE_CHECKING:
-    from charter._audit.sqlite import SQLiteStore
 
 __all__ = ["SQLiteCounters"]
 
@@ -54,21 +50,26 @@ _NO_WINDOW = -(2**62)
 
 class SQLiteCounters:
     """`CounterStore` kept in one SQLite audit store's file, shared by every process that
-    opens it. Obtain it with ``SQLiteStore.counters()``; it lives and closes with the store."""
+    opens it. Obtain it with ``SQLiteStore.counters()``; it lives and closes with the store:
+    `connection` is the store's (its lock held while in use), `begin` takes the write lock."""
 
-    def __init__(self, store: SQLiteStore) -> None:
-        self._store = store
-        self.location = store.location
+    def __init__(
+        self,
+        location: str,
+        connection: Callable[[], AbstractContextManager[sqlite3.Connection]],
+        begin: Callable[[sqlite3.Connection], None],
+    ) -> None:
+        self.location = location
+        self._connection = connection
+        self._begin = begin
         self._ready = False
 
     @contextmanager
     def _write(self, what: str) -> Iterator[sqlite3.Connection]:
-        from charter._audit.sqlite import _begin_write
-
-        with self._store._connection() as conn:
+        with self._connection() as conn:
             conn.execute("PRAGMA synchronous = NORMAL")
             try:
-                _begin_write(conn)
+                self._begin(conn)
                 if not self._ready:
                     for statement in _TABLES:
                         conn.execute(statement)

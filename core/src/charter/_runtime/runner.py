@@ -799,6 +799,9 @@ class Runner:
                 "redaction_errors": self._redactor.errors,
                 "policy_reloads": self._sources.reloads,
                 "internal_errors_in_process": internal_error_count(),
+                "shared_reserved": self._shared.reserved,
+                "shared_refused": self._shared.refused,
+                "shared_settle_errors": self._shared.settle_errors,
             },
         }
 

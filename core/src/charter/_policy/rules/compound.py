@@ -19,7 +19,15 @@ _CONDITIONS: dict[str, Any] = {"type": "array", "minItems": 1, "items": _CONDITI
 def _prepare_one(cond: dict[str, Any]) -> Prepared:
     spec = get_rule(cond["rule_type"])
     params = cond.get("params", {})
-    return spec, spec.prepare(params) if spec.prepare else params
+    prepared = spec.prepare(params) if spec.prepare else params
+    if getattr(prepared, "scope", None) is not None and hasattr(prepared, "shared_demand"):
+        # Its count is reserved for policies, not for conditions inside them: nested, it
+        # would never get one (and `not` would turn that refusal into compliance).
+        raise ValueError(
+            f"{spec.name} with a scope beyond the task cannot be nested in all_of, any_of or "
+            "not; make it a policy of its own"
+        )
+    return spec, prepared
 
 
 def _prepare_many(params: dict[str, Any]) -> tuple[Prepared, ...]:
