@@ -86,5 +86,6 @@ def bench(session: nox.Session) -> None:
         "bench/model_clients.py",
         "bench/serve.py",
         "bench/shared_limits.py",
+        "bench/otlp_export.py",
     ):
         session.run("python", script)

@@ -7,7 +7,9 @@
 ``meta["charter.gap"]`` of the record after the hole). ``entry_hash`` and ``canonical_json``
 recompute a record's hash the way the stores do. ``is_intent_record`` tells a write-ahead
 intent (sync durability: an allowed step's intent, stored before the step ran) from the
-step's outcome, which follows it with the same action_id.
+step's outcome, which follows it with the same action_id. ``OtlpExporter`` sends every
+governed step as OpenTelemetry spans in the GenAI conventions (the ``otlp`` extra); pass it to
+``Governor(exporters=...)`` or set ``otlp_endpoint``.
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from charter._audit.base import (
 )
 from charter._audit.chain import ChainHead, canonical_json, entry_hash
 from charter._audit.location import open_store, verify
+from charter._runtime.otlp import OtlpExporter
 
 __all__ = [
     "AuditStore",
     "ChainBreak",
     "ChainHead",
     "Gap",
+    "OtlpExporter",
     "StoreError",
     "VerifyReport",
     "canonical_json",

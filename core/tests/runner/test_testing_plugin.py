@@ -76,6 +76,7 @@ def test_the_module_api() -> None:
         "CONTRACT_TOOL",
         "ContractAdapter",
         "IntegrationContract",
+        "OtlpReceiver",
         "PairedIntegrationContract",
         "ToolRun",
         "charter_internal_errors",

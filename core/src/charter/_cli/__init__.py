@@ -410,6 +410,8 @@ def settings(markdown: bool, as_json: bool) -> None:
         default = defaults.get(name)
         if default is None or default == ():
             shown = "-"
+        elif isinstance(default, bool):
+            shown = "true" if default else "false"
         else:
             shown = f"{default:g}" if isinstance(default, float) else str(default)
         rows.append((name, Settings.env_var(name), shown, Settings.meaning(name)))

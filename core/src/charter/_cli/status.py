@@ -86,6 +86,9 @@ def collect_status(overrides: dict[str, Any], *, verify: bool = False) -> dict[s
             runner_settings = (
                 settings if store is not None else settings.replace(audit_location="none")
             )
+            if settings.otlp_endpoint is not None:
+                # Status sends nothing: the exporter is described below, not started.
+                runner_settings = runner_settings.replace(otlp_endpoint=None)
             runner = Runner(runner_settings, store=store)
             try:
                 s = runner.status()
@@ -122,6 +125,9 @@ def collect_status(overrides: dict[str, Any], *, verify: bool = False) -> dict[s
             store.close()
     if not store_info["ok"]:
         problems.append(f"the audit store is unusable: {store_info['detail']}")
+    otlp = _otlp_state(settings)
+    if otlp["endpoint"] and not otlp["installed"]:
+        problems.append(f"otlp_endpoint is set but {otlp['detail']}")
     return {
         "healthy": not problems,
         "problems": problems,
@@ -129,6 +135,27 @@ def collect_status(overrides: dict[str, Any], *, verify: bool = False) -> dict[s
         "policy_source_configured": configured,
         "policies": policies,
         "store": store_info,
+        "otlp": otlp,
+    }
+
+
+def _otlp_state(settings: Any) -> dict[str, Any]:
+    """Where spans would go and whether the OpenTelemetry SDK is there to send them."""
+    from charter._runtime.otlp import EXTRA_HINT, traces_url
+
+    try:
+        import opentelemetry.exporter.otlp.proto.http.trace_exporter
+        import opentelemetry.sdk.trace  # noqa: F401
+
+        installed, detail = True, ""
+    except ImportError:
+        installed, detail = False, EXTRA_HINT
+    endpoint = settings.otlp_endpoint
+    return {
+        "endpoint": traces_url(endpoint) if endpoint else None,
+        "payloads": settings.otlp_payloads,
+        "installed": installed,
+        "detail": detail,
     }
 
 
@@ -193,5 +220,10 @@ def print_status(report: dict[str, Any], out: Console) -> None:
             out.print(f"  verified: {checked['chains']} chains, {checked['records']} records")
         else:
             out.print(f"  [red]broken[/red]: {escape(str(checked['first_break']))}")
+    otlp = report.get("otlp")
+    if otlp and otlp["endpoint"]:
+        out.print("[bold]OTLP export[/bold]")
+        payloads = "with payloads" if otlp["payloads"] else "without payloads"
+        out.print(f"  spans to {otlp['endpoint']} ({payloads})", markup=False)
     for problem in report["problems"]:
         out.print(f"[red]problem[/red] {escape(problem)}")

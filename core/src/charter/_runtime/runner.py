@@ -33,7 +33,7 @@ import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from charter._audit.base import INTENT_KEY, AuditStore
 from charter._audit.counters import CounterStore
@@ -59,7 +59,7 @@ from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
 from charter._runtime.shared import SHARED_KEY, Demands, SharedCounts, SharedLimits
 from charter._runtime.sources import PolicySources
-from charter._runtime.writer import AuditWriter, ExporterLike
+from charter._runtime.writer import AuditWriter, ExporterLike, StepObserver
 
 __all__ = ["Runner"]
 
@@ -82,7 +82,8 @@ class Runner:
     cache problems never raise, they set the load state (see `status`) and the fail mode
     decides. `store` and `exporters` replace the store opened from `audit_location` and add
     exporters (tests, custom sinks); `counters` replaces the store's shared limit counters
-    (see `charter._runtime.shared`).
+    (see `charter._runtime.shared`); `otlp_endpoint` adds an `OtlpExporter` the runner owns
+    (ImportError naming the ``otlp`` extra when it is not installed).
 
     Thread-safe. Calls for one task are serialised by a per-task lock, so a step's verdict
     and its recording see the same history.
@@ -108,6 +109,17 @@ class Runner:
         self._sources = PolicySources(settings, self.engine)
         self._sources.load_initial()
         self._redactor = Redactor(settings.payload_mode)
+        exporters = tuple(exporters)
+        self._owned: tuple[Any, ...] = ()
+        if settings.otlp_endpoint is not None:
+            from charter._runtime.otlp import OtlpExporter
+
+            self._owned = (OtlpExporter.from_settings(settings),)
+            exporters += self._owned
+        self._exporters = exporters
+        self._observers = tuple(
+            cast(StepObserver, e) for e in exporters if isinstance(e, StepObserver)
+        )
         self._writer = AuditWriter(
             settings.audit_location,
             store=store,
@@ -241,6 +253,8 @@ class Runner:
         self._sources.maybe_reload()
         ctx = self._checked_context(intended, context)
         if intended.kind in TASK_BOUNDARY_KINDS:
+            if self._observers:
+                self._observe(intended, "start")
             return self._enforced(self._judge(intended, ctx))[0]
         if not intended.is_intent:
             raise ValueError(
@@ -250,6 +264,8 @@ class Runner:
         if intended.action_id is None:
             intended = derive(intended, action_id=_new_id())
         intended = _own_shared(intended)
+        if self._observers:
+            self._observe(intended, "start")
         tid = intended.task_id
         with self._lock(tid):
             self._activity[tid] = time.monotonic()
@@ -257,11 +273,21 @@ class Runner:
             if not demands:
                 result, verdict = self._enforced(self._judge(intended, ctx))
                 if result.decision is Decision.BLOCK:
-                    return self._record_block(intended, result, verdict)
-                if result.decision is not Decision.ASK:
-                    return self._admit(intended, result, verdict)
-                return result
-            return self._evaluate_shared(intended, ctx, demands)
+                    result = self._record_block(intended, result, verdict)
+                elif result.decision is not Decision.ASK:
+                    result = self._admit(intended, result, verdict)
+            else:
+                result = self._evaluate_shared(intended, ctx, demands)
+        if self._observers:
+            self._observe(intended, "decided")
+        return result
+
+    def _observe(self, b: Behavior, phase: str) -> None:
+        for observer in self._observers:
+            try:
+                observer.observe_step(b, phase)
+            except Exception as exc:  # observability never reaches the agent
+                report_internal_error(exc, f"exporter {type(observer).__name__}")
 
     def _evaluate_shared(
         self, intended: Behavior, ctx: EvalContext, demands: Demands
@@ -559,6 +585,9 @@ class Runner:
             if checkpoint is not None:
                 engine.rollback(checkpoint)
             raise
+        if self._observers:
+            for b in recorded:
+                self._observe(b, "end")
         wires = [wire_form(b) for b in recorded]  # the writer redacts them
         if checkpoint is not None:
             try:
@@ -751,7 +780,8 @@ class Runner:
         that apply to this agent), fail_mode, enforcement, durability, payload_mode, agent_id,
         queue (queued, delivered, failed, dropped, dropped_by_cause, evicted, pending,
         export_failed, and gaps: the dropped records no stored record declares yet, as
-        `Gap.to_dict()`), store (ok, location, detail), active_tasks, and counters.
+        `Gap.to_dict()`), exporters (each exporter's own `status()`, such as the OTLP
+        exporter's span counters), store (ok, location, detail), active_tasks, and counters.
         """
         state, cause = self._sources.state()
         base = self._build_context("status")
@@ -788,6 +818,11 @@ class Runner:
                 "pending": w.pending,
                 "export_failed": w.export_failed,
             },
+            "exporters": [
+                getattr(e, "status")()  # noqa: B009
+                for e in self._exporters
+                if callable(getattr(e, "status", None))
+            ],
             "store": w.health(),
             "active_tasks": len(self.engine.active_tasks()),
             "counters": {
@@ -811,8 +846,20 @@ class Runner:
         return self._writer.store
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until every record queued so far is committed (or dropped); False on timeout."""
-        return self._writer.flush(timeout)
+        """Wait until every record queued so far is committed (or dropped) and exporters that
+        buffer (OTLP) have sent what they hold; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        flushed = self._writer.flush(timeout)
+        for exporter in self._exporters:
+            finish = getattr(exporter, "flush", None)
+            if finish is None:
+                continue
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                flushed = bool(finish(left)) and flushed
+            except Exception as exc:
+                report_internal_error(exc, f"exporter {type(exporter).__name__}")
+        return flushed
 
     def close(self, timeout: float | None = None) -> bool:
         """Stop the sweeper, flush within `timeout` (default exit_flush_seconds), stop the
@@ -823,9 +870,18 @@ class Runner:
             return True
         self._closed = True
         self._stop.set()
-        flushed = self._writer.close(
-            self.settings.exit_flush_seconds if timeout is None else timeout
-        )
+        limit = self.settings.exit_flush_seconds if timeout is None else timeout
+        deadline = time.monotonic() + limit
+        flushed = self._writer.close(limit)
+        for exporter in self._exporters:
+            # Exporters this runner built are shut down; the caller's are flushed only.
+            finish = getattr(exporter, "close" if exporter in self._owned else "flush", None)
+            if finish is None:
+                continue
+            try:
+                finish(max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                report_internal_error(exc, f"exporter {type(exporter).__name__}")
         with _live_lock:
             _live.discard(self)
         return flushed

@@ -153,6 +153,69 @@ def _location(value: Any) -> str:
     raise ValueError(_LOCATION_ACCEPTED)
 
 
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError("true or false (also 1/0, yes/no, on/off)")
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+_URL_ACCEPTED = "an http:// or https:// URL of an OTLP/HTTP receiver, e.g. http://localhost:4318"
+
+
+def _otlp_url(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(_URL_ACCEPTED)
+    text = value.strip()
+    scheme, _, rest = text.partition("://")
+    host = rest.split("/", 1)[0]
+    if scheme.lower() not in ("http", "https") or not host or any(c.isspace() for c in text):
+        raise ValueError(_URL_ACCEPTED)
+    return text
+
+
+_HEADERS_ACCEPTED = (
+    "a mapping of header names to values, or name=value pairs separated by commas "
+    "(as in OTEL_EXPORTER_OTLP_HEADERS; values may be percent-encoded)"
+)
+
+
+def _headers(value: Any) -> tuple[tuple[str, str], ...]:
+    from urllib.parse import unquote
+
+    pairs: list[tuple[Any, Any]]
+    if isinstance(value, Mapping):
+        pairs = list(value.items())
+    elif isinstance(value, str):
+        pairs = []
+        for part in value.split(","):
+            if not part.strip():
+                continue
+            name, eq, text = part.partition("=")
+            if not eq:
+                raise ValueError(_HEADERS_ACCEPTED)
+            pairs.append((name.strip(), unquote(text.strip())))
+    elif isinstance(value, Iterable) and not isinstance(value, bytes):
+        pairs = [tuple(item) for item in value]
+    else:
+        raise ValueError(_HEADERS_ACCEPTED)
+    out = []
+    for pair in pairs:
+        if len(pair) != 2:
+            raise ValueError(_HEADERS_ACCEPTED)
+        name, text = pair
+        if not isinstance(name, str) or not isinstance(text, str) or not name.strip():
+            raise ValueError(_HEADERS_ACCEPTED)
+        if any(c.isspace() or c in ":," for c in name.strip()):
+            raise ValueError(_HEADERS_ACCEPTED)
+        out.append((name.strip().lower(), text))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class _Spec:
     parse: Callable[[Any], Any]
@@ -196,6 +259,9 @@ _SPECS: dict[str, _Spec] = {
     "shared_hold_seconds": _Spec(
         _number(0, False), "a running step's share of an agent-wide limit expires after this"
     ),
+    "otlp_endpoint": _Spec(_otlp_url, "OTLP/HTTP receiver every step is sent to as a span"),
+    "otlp_headers": _Spec(_headers, "headers sent with every OTLP request (values hidden)"),
+    "otlp_payloads": _Spec(_flag, "put step inputs and outputs (as stored) in spans"),
 }
 
 
@@ -237,6 +303,9 @@ class Settings:
     sweep_interval_seconds: float = 60.0
     template_location: str | None = None
     shared_hold_seconds: float = 3_600.0
+    otlp_endpoint: str | None = None
+    otlp_headers: tuple[tuple[str, str], ...] | None = None
+    otlp_payloads: bool = False
     origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -326,6 +395,11 @@ def _parse(name: str, spec: _Spec, value: Any) -> Any:
 def _display(name: str, value: Any) -> str:
     if value is None:
         return "-"
+    if name == "otlp_headers":
+        # Header values are often credentials (an API key, a bearer token): names only.
+        return ", ".join(f"{header}=***" for header, _ in value) if value else "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if name == "policies":
         count = len(value)
         return f"{count} inline {'policy' if count == 1 else 'policies'}"

@@ -33,9 +33,10 @@ from typing import Any, Protocol, runtime_checkable
 
 from charter._audit.base import GAP_KEY, AuditStore, Gap, StoreError
 from charter._audit.location import open_store
+from charter._model.behavior import Behavior
 from charter._runtime.internal import report_internal_error
 
-__all__ = ["AuditWriter", "Exporter", "is_high_value"]
+__all__ = ["AuditWriter", "Exporter", "StepObserver", "is_high_value"]
 
 BATCH_MAX = 500
 _BACKOFF = (0.05, 0.2)
@@ -69,6 +70,22 @@ class Exporter(Protocol):
 
     def export(self, records: Sequence[Mapping[str, Any]]) -> None:
         """Send `records` somewhere; may raise."""
+        ...
+
+
+@runtime_checkable
+class StepObserver(Protocol):
+    """An exporter that also wants to know when steps happen (spans need the times and the
+    caller's tracing context, which records do not carry).
+
+    The runner calls `observe_step` on the agent's thread: ``start`` when a step (or task
+    boundary) is about to be judged, ``decided`` when its decision is made, ``end`` when it is
+    recorded, before its record is queued. It must be cheap; an exception is counted and
+    logged, never raised into the agent.
+    """
+
+    def observe_step(self, b: Behavior, phase: str) -> None:
+        """Note that `b` reached `phase` (``start``, ``decided`` or ``end``)."""
         ...
 
 

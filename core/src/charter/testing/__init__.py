@@ -15,6 +15,9 @@ It also holds the integration conformance kit: an integration's tests subclass
 `IntegrationContract` (or `PairedIntegrationContract`) with an `adapter` fixture that drives
 the real framework, and the contract suite checks blocks, allows, approvals, fail mode and
 double recording against the audit trail.
+
+`OtlpReceiver` is a real OTLP/HTTP traces receiver on loopback that decodes what an
+`OtlpExporter` sends (it needs the ``otlp`` extra).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from charter.testing._contract import (
     PairedIntegrationContract,
     ToolRun,
 )
+from charter.testing._otlp import OtlpReceiver
 
 if typing.TYPE_CHECKING:
     from collections.abc import Iterator
@@ -43,6 +47,7 @@ __all__ = [
     "CONTRACT_TOOL",
     "ContractAdapter",
     "IntegrationContract",
+    "OtlpReceiver",
     "PairedIntegrationContract",
     "ToolRun",
     "charter_internal_errors",
