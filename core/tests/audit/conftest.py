@@ -49,9 +49,15 @@ def make_entry() -> EntryFactory:
     return _entry
 
 
-@pytest.fixture(params=["sqlite", "jsonl"])
+@pytest.fixture(params=["sqlite", "jsonl", "postgresql"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Each readable store kind in turn."""
+    return str(request.param)
+
+
+@pytest.fixture(params=["sqlite", "jsonl"])
+def file_kind(request: pytest.FixtureRequest) -> str:
+    """Each store kind that lives in a file, in turn."""
     return str(request.param)
 
 
@@ -68,8 +74,10 @@ def location_for() -> Callable[..., str]:
 
 
 @pytest.fixture
-def location(store_kind: str, tmp_path: Path) -> str:
-    """A fresh location of the current store kind."""
+def location(store_kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh location of the current store kind (for PostgreSQL, a fresh database)."""
+    if store_kind == "postgresql":
+        return str(request.getfixturevalue("postgresql_url"))
     return _location_for(store_kind, tmp_path)
 
 

@@ -18,7 +18,9 @@ from charter._audit.sqlite import SQLiteStore
 from charter._audit.stdout import StdoutStore
 
 EntryFactory = Callable[..., dict[str, Any]]
-FORMS = "sqlite:///path/audit.db, jsonl:///path/audit.jsonl or stdout"
+FORMS = (
+    "sqlite:///path/audit.db, jsonl:///path/audit.jsonl, postgresql://user@host:port/db or stdout"
+)
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,11 @@ FORMS = "sqlite:///path/audit.db, jsonl:///path/audit.jsonl or stdout"
         ("/var/audit.db", ("sqlite", "/var/audit.db")),
         ("audit.sqlite3", ("sqlite", "audit.sqlite3")),
         ("stdout", ("stdout", "")),
+        ("postgresql://app@db:5432/audit", ("postgresql", "postgresql://app@db:5432/audit")),
+        (
+            "postgres://db/audit?sslmode=require",
+            ("postgresql", "postgres://db/audit?sslmode=require"),
+        ),
     ],
 )
 def test_accepted_locations(location: str, expected: tuple[str, str]) -> None:
@@ -42,7 +49,8 @@ def test_accepted_locations(location: str, expected: tuple[str, str]) -> None:
 @pytest.mark.parametrize(
     ("location", "why"),
     [
-        ("postgres://db/audit", "unknown scheme"),
+        ("mysql://db/audit", "unknown scheme"),
+        ("postgresql://", "names no server"),
         ("sqlite://audit.db", "three slashes"),
         ("jsonl:audit.jsonl", "three slashes"),
         ("sqlite:///", "names no file"),
@@ -156,10 +164,10 @@ def test_location_that_cannot_be_created(tmp_path: Path, name: str) -> None:
         open_store(blocker / name)
 
 
-def test_parent_directories_are_created(tmp_path: Path, store_kind: str) -> None:
-    name = "audit.db" if store_kind == "sqlite" else "audit.jsonl"
+def test_parent_directories_are_created(tmp_path: Path, file_kind: str) -> None:
+    name = "audit.db" if file_kind == "sqlite" else "audit.jsonl"
     path = tmp_path / "deep" / "er" / name
-    open_store(f"{store_kind}:///{path}").close()
+    open_store(f"{file_kind}:///{path}").close()
     assert path.is_file()
 
 

@@ -199,14 +199,14 @@ def test_one_store_object_shared_by_threads(store: AuditStore, make_entry: Entry
 
 
 def test_store_location_is_absolute_and_reopenable(
-    store_kind: str, tmp_path: Path, make_entry: EntryFactory, monkeypatch: pytest.MonkeyPatch
+    file_kind: str, tmp_path: Path, make_entry: EntryFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    relative = "sub/audit.db" if store_kind == "sqlite" else "sub/audit.jsonl"
-    opened = open_store(f"{store_kind}:///{relative}")
+    relative = "sub/audit.db" if file_kind == "sqlite" else "sub/audit.jsonl"
+    opened = open_store(f"{file_kind}:///{relative}")
     opened.append([make_entry("t1")])
     opened.close()
-    assert opened.location == f"{store_kind}:///{tmp_path / relative}"
+    assert opened.location == f"{file_kind}:///{tmp_path / relative}"
     assert (tmp_path / relative).is_file()
     assert verify(opened.location).ok
     assert verify(tmp_path / relative).ok

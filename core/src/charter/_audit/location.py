@@ -2,8 +2,10 @@
 
 Accepted forms: `sqlite:///relative/path.db` and `sqlite:////absolute/path.db` (the text
 after the third slash is the path, as in SQLAlchemy), `sqlite:///:memory:`,
-`jsonl:///relative/path.jsonl` and `jsonl:////absolute/path.jsonl` (same rule), a plain path
-ending in .jsonl, .db, .sqlite or .sqlite3, and `stdout`. `none` is not a store: callers
+`jsonl:///relative/path.jsonl` and `jsonl:////absolute/path.jsonl` (same rule),
+`postgresql://user@host:port/database` (or `postgres://`; any libpq URL, which needs the
+`charter[postgresql]` extra), a plain path ending in .jsonl, .db, .sqlite or .sqlite3, and
+`stdout`. `none` is not a store: callers
 that support switching auditing off must handle it before calling here.
 """
 
@@ -17,13 +19,22 @@ from charter._audit.jsonl import JsonlStore
 from charter._audit.sqlite import SQLiteStore
 from charter._audit.stdout import StdoutStore
 
-__all__ = ["ACCEPTED_FORMS", "open_existing_store", "open_store", "parse_location", "verify"]
+__all__ = [
+    "ACCEPTED_FORMS",
+    "POSTGRES_EXTRA",
+    "open_existing_store",
+    "open_store",
+    "parse_location",
+    "verify",
+]
 
 ACCEPTED_FORMS = (
-    "sqlite:///path/audit.db, jsonl:///path/audit.jsonl or stdout "
-    "(a plain path ending in .db or .jsonl also works)"
+    "sqlite:///path/audit.db, jsonl:///path/audit.jsonl, postgresql://user@host:port/db or "
+    "stdout (a plain path ending in .db or .jsonl also works)"
 )
-StoreKind = Literal["sqlite", "jsonl", "stdout"]
+StoreKind = Literal["sqlite", "jsonl", "postgresql", "stdout"]
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+POSTGRES_EXTRA = "charter[postgresql]"
 _SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
 
@@ -32,7 +43,8 @@ def _refuse(location: str, why: str) -> StoreError:
 
 
 def parse_location(location: str | os.PathLike[str]) -> tuple[StoreKind, str]:
-    """(kind, path) for a location string; path is "" for stdout.
+    """(kind, path) for a location string; path is "" for stdout and the whole URL for
+    postgresql.
 
     Raises StoreError, listing the accepted forms, for anything else (including "none").
     """
@@ -52,6 +64,10 @@ def parse_location(location: str | os.PathLike[str]) -> tuple[StoreKind, str]:
             return ("sqlite" if scheme == "sqlite" else "jsonl"), path
         if text.startswith(f"{scheme}:"):
             raise _refuse(text, f"needs three slashes after '{scheme}:'")
+    if text.lower().startswith(_POSTGRES_SCHEMES):
+        if not text.split("://", 1)[1].strip("/"):
+            raise _refuse(text, "names no server or database")
+        return "postgresql", text
     if "://" in text:
         raise _refuse(text, "has an unknown scheme")
     lowered = text.lower()
@@ -73,6 +89,8 @@ def open_store(location: str | os.PathLike[str]) -> AuditStore:
         return StdoutStore()
     if kind == "jsonl":
         return JsonlStore(path)
+    if kind == "postgresql":
+        return _postgres(path, create=True)
     return SQLiteStore(path)
 
 
@@ -85,13 +103,30 @@ def open_existing_store(location: str | os.PathLike[str]) -> AuditStore:
     kind, path = parse_location(location)
     if kind == "stdout":
         raise StoreError(
-            "the stdout audit store cannot be read back; verify a sqlite:/// or jsonl:/// store"
+            "the stdout audit store cannot be read back; verify a sqlite:///, jsonl:/// or "
+            "postgresql:// store"
         )
     if kind == "jsonl":
         return JsonlStore(path, create=False)
+    if kind == "postgresql":
+        return _postgres(path, create=False)
     if path == ":memory:":
         raise StoreError("an in-memory SQLite store cannot be reopened; pass the store itself")
     return SQLiteStore(path, create=False)
+
+
+def _postgres(url: str, *, create: bool) -> AuditStore:
+    """A PostgresStore; StoreError naming the extra when psycopg is not installed."""
+    try:
+        from charter._audit.postgresql import PostgresStore
+    except ImportError as exc:
+        if exc.name not in ("psycopg", "psycopg_pool") and "psycopg" not in str(exc):
+            raise
+        raise StoreError(
+            f"the postgresql:// audit store needs psycopg 3 and psycopg_pool ({exc}); install "
+            f"the extra: pip install '{POSTGRES_EXTRA}'"
+        ) from None
+    return PostgresStore(url, create=create)
 
 
 def verify(

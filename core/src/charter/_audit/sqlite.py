@@ -44,8 +44,8 @@ from charter._audit.verify import (
     RecordedHead,
     StoredRow,
     build_report,
+    chains_of,
     check_chain,
-    row_from_entry,
 )
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
@@ -366,7 +366,7 @@ class SQLiteStore:
                     params,
                 )
                 seen: set[tuple[str, str]] = set()
-                for key, rows in _chains_of(cursor):
+                for key, rows in chains_of(cursor, _COLUMNS):
                     seen.add(key)
                     steps += len(rows)
                     found = self._check(key, rows, recorded.get(key), gaps)
@@ -453,43 +453,3 @@ def _begin_write(conn: sqlite3.Connection) -> None:
             delay = min(delay * 2, 0.008)
     finally:
         conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-
-
-def _stored_row(values: tuple[Any, ...]) -> StoredRow:
-    rowid, *columns, body = values
-    try:
-        entry = decode_json(body)
-    except (TypeError, ValueError):
-        entry = None
-    if not isinstance(entry, dict):
-        seq = columns[2] if type(columns[2]) is int else 0
-        return StoredRow(rowid, seq, None, None, False, False, ("malformed", "body is not JSON"))
-    row = row_from_entry(rowid, entry)
-    if row.problem is not None:
-        return row
-    differ = [
-        name for name, value in zip(_COLUMNS, columns, strict=True) if entry.get(name) != value
-    ]
-    if differ:
-        detail = f"its {', '.join(differ)} column disagrees with the stored body"
-        return StoredRow(
-            row.position, row.seq, row.hash, row.prev_hash, False, False, ("edited", detail)
-        )
-    return row
-
-
-def _chains_of(
-    cursor: sqlite3.Cursor,
-) -> Iterator[tuple[tuple[str, str], list[StoredRow]]]:
-    # Rows arrive grouped by chain, so only one chain is held in memory at a time.
-    key: tuple[str, str] | None = None
-    rows: list[StoredRow] = []
-    for values in cursor:
-        current = (values[1], values[2])
-        if current != key:
-            if key is not None:
-                yield key, rows
-            key, rows = current, []
-        rows.append(_stored_row(values))
-    if key is not None:
-        yield key, rows

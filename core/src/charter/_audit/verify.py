@@ -31,20 +31,22 @@ walking the chain in seq order and reporting only the first break:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from charter._audit.base import GAP_KEY, BreakReason, ChainBreak, Gap, VerifyReport
-from charter._audit.chain import entry_hash, is_closing
+from charter._audit.chain import decode_json, entry_hash, is_closing
 
 __all__ = [
     "RecordedHead",
     "StoredRow",
     "build_report",
+    "chains_of",
     "check_chain",
     "declared_gaps",
     "row_from_entry",
+    "stored_row",
 ]
 
 
@@ -261,3 +263,50 @@ def build_report(
     """Assemble a VerifyReport; ok exactly when there are no breaks."""
     found = list(breaks)
     return VerifyReport(not found, chains_checked, steps_checked, found, list(warnings), list(gaps))
+
+
+def stored_row(values: Sequence[Any], columns: Sequence[str]) -> StoredRow:
+    """The StoredRow of one database row: (position, *index columns, body).
+
+    `columns` names the index columns (agent_id, task_id, seq, hash, prev_hash, kind,
+    timestamp); a body that is not a JSON object is malformed, and an index column that
+    disagrees with the body makes the record "edited".
+    """
+    position, *indexed, body = values
+    try:
+        entry = decode_json(body)
+    except (TypeError, ValueError):
+        entry = None
+    if not isinstance(entry, dict):
+        seq = indexed[2] if type(indexed[2]) is int else 0
+        return StoredRow(position, seq, None, None, False, False, ("malformed", "body is not JSON"))
+    row = row_from_entry(position, entry)
+    if row.problem is not None:
+        return row
+    differ = [
+        name for name, value in zip(columns, indexed, strict=True) if entry.get(name) != value
+    ]
+    if differ:
+        detail = f"its {', '.join(differ)} column disagrees with the stored body"
+        return StoredRow(
+            row.position, row.seq, row.hash, row.prev_hash, False, False, ("edited", detail)
+        )
+    return row
+
+
+def chains_of(
+    rows: Iterable[Sequence[Any]], columns: Sequence[str]
+) -> Iterator[tuple[tuple[str, str], list[StoredRow]]]:
+    """Group database rows ordered by (agent_id, task_id, seq) into one StoredRow list per
+    chain (rows as `stored_row` takes them), holding one chain in memory at a time."""
+    key: tuple[str, str] | None = None
+    chain: list[StoredRow] = []
+    for values in rows:
+        current = (values[1], values[2])
+        if current != key:
+            if key is not None:
+                yield key, chain
+            key, chain = current, []
+        chain.append(stored_row(values, columns))
+    if key is not None:
+        yield key, chain

@@ -42,7 +42,8 @@ EXIT_BLOCK = 3
 EXIT_ASK = 4
 PLUGIN_GROUP = "charter.cli"
 _STORE_HELP = (
-    "Audit store: sqlite:///PATH, jsonl:///PATH, or a .db/.jsonl path "
+    "Audit store: sqlite:///PATH, jsonl:///PATH, postgresql://USER@HOST:PORT/DB, or a "
+    ".db/.jsonl path "
     "(default: CHARTER_AUDIT_LOCATION, else sqlite:///.charter/audit.db)."
 )
 
@@ -240,7 +241,9 @@ def store_url(location: str) -> str:
         kind, path = parse_location(location)
     except StoreError:
         return location
-    return "stdout" if kind == "stdout" else f"{kind}:///{path}"
+    if kind in ("stdout", "postgresql"):
+        return location
+    return f"{kind}:///{path}"
 
 
 def open_audit_store(location: str | None) -> AuditStore:

@@ -44,7 +44,7 @@ def _store_state(location: str) -> tuple[AuditStore | None, dict[str, Any]]:
     if kind == "stdout":
         detail = "records are written to standard output and cannot be read back"
         return None, {"ok": True, "location": location, "exists": False, "detail": detail}
-    if path != ":memory:" and not os.path.exists(path):
+    if kind != "postgresql" and path != ":memory:" and not os.path.exists(path):
         detail = "no store yet; it is created when the first step is recorded"
         return None, {"ok": True, "location": location, "exists": False, "detail": detail}
     try:

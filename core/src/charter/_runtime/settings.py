@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from charter._audit.url import display_location
 from charter._model.identifiers import check_identifier
 from charter._policy.policy import Policy
 
@@ -136,7 +137,7 @@ def _agent_id(value: Any) -> str:
         raise ValueError("letters, digits and . _ : - only (at most 255 characters)") from None
 
 
-_LOCATION_ACCEPTED = "sqlite:///PATH, jsonl:///PATH, stdout or none"
+_LOCATION_ACCEPTED = "sqlite:///PATH, jsonl:///PATH, postgresql://USER@HOST:PORT/DB, stdout or none"
 
 
 def _location(value: Any) -> str:
@@ -147,7 +148,7 @@ def _location(value: Any) -> str:
     text = value.strip()
     if text.lower() in ("stdout", "none"):
         return text.lower()
-    for scheme in ("sqlite:///", "jsonl:///"):
+    for scheme in ("sqlite:///", "jsonl:///", "postgresql://", "postgres://"):
         if text.startswith(scheme) and len(text) > len(scheme):
             return text
     raise ValueError(_LOCATION_ACCEPTED)
@@ -407,4 +408,6 @@ def _display(name: str, value: Any) -> str:
         return ", ".join(value) if value else "-"
     if isinstance(value, float):
         return f"{value:g}"
+    if name == "audit_location":
+        return display_location(value)
     return str(value)

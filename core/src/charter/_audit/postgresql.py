@@ -1,0 +1,608 @@
+"""The PostgreSQL audit store: one database shared by many writers on many machines.
+
+Same contract as the SQLite store. An append is one transaction: it locks the head rows of
+the chains it touches in `charter_chains` (creating a new chain's row, in key order so two
+writers cannot deadlock), chains the records onto those heads, inserts them all with one
+statement and advances the heads, then commits. The head row lock serialises the appends
+to one chain across processes and machines; appends to other chains run in parallel.
+
+A lost connection or an unreachable server is retried (a few attempts, each waiting up to
+the URL's ``connect_timeout``, default 5 s) and then raised as StoreError, which the runner
+counts and reports like any store failure. A retry after a connection lost during COMMIT
+first checks whether the batch is already stored (records carry the seq their writer
+assigned, and a hash covers content and link), so an acknowledged record is never written
+twice and an unacknowledged one is never lost.
+
+Schema (version in `charter_schema_version`; each migration in `_MIGRATIONS` brings version
+N to N+1 under an advisory lock; a newer schema than this Charter's is refused):
+
+    charter_records(id identity, agent_id, task_id, seq, hash, prev_hash, kind, timestamp,
+        body) UNIQUE(agent_id, task_id, seq); body is the record's canonical JSON including
+        hash; id gives insertion order. Triggers refuse UPDATE, DELETE and TRUNCATE.
+    charter_chains(id identity, agent_id, task_id, head_seq, head_hash, closed)
+        UNIQUE(agent_id, task_id); id gives order of first appearance. A trigger refuses
+        DELETE, and an UPDATE that moves a head back, rewrites its hash or reopens a chain.
+
+Append-only deployment: the writers' role gets SELECT and INSERT on `charter_records`,
+SELECT, INSERT and UPDATE on `charter_chains`, SELECT on `charter_schema_version` (see the
+README); the schema is created by the first store opened by a role that may create tables.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import psycopg
+from psycopg_pool import ConnectionPool
+
+from charter._audit.base import (
+    ChainBreak,
+    Gap,
+    StoreError,
+    TaskSummary,
+    VerifyReport,
+    check_process,
+    closed_error,
+    prepare_batch,
+    seq_error,
+)
+from charter._audit.chain import ChainHead, PreparedEntry, check_seq, decode_json, seal
+from charter._audit.url import display_location
+from charter._audit.verify import RecordedHead, StoredRow, build_report, chains_of, check_chain
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore"]
+
+_T = TypeVar("_T")
+_COLUMNS = ("agent_id", "task_id", "seq", "hash", "prev_hash", "kind", "timestamp")
+_SELECT_COLUMNS = 'agent_id, task_id, seq, hash, prev_hash, kind, "timestamp"'
+# Held while the schema is created or migrated, so that concurrent openers agree ("CHTR").
+_SCHEMA_LOCK = 0x43485452
+_DEFAULT_TIMEOUT = 5.0
+_ATTEMPTS = 3
+_BACKOFF = (0.1, 0.5)
+_POOL_SIZE = 4
+
+_REFUSE_FUNCTION = """CREATE FUNCTION charter_refuse_change() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'charter_chains' AND TG_OP = 'UPDATE' THEN
+        IF NEW.agent_id = OLD.agent_id AND NEW.task_id = OLD.task_id
+            AND (NEW.head_seq > OLD.head_seq
+                 OR (NEW.head_seq = OLD.head_seq AND NEW.head_hash IS NOT DISTINCT FROM
+                     OLD.head_hash))
+            AND (NEW.closed OR NOT OLD.closed) THEN
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'charter_chains heads only move forward: % of task % refused',
+            TG_OP, OLD.task_id USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END $$"""
+
+# _MIGRATIONS[n] brings a store from schema version n to n + 1 (0: an empty database).
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        "CREATE TABLE charter_schema_version (version integer NOT NULL)",
+        "INSERT INTO charter_schema_version (version) VALUES (0)",
+        """CREATE TABLE charter_records (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            agent_id text NOT NULL,
+            task_id text NOT NULL,
+            seq bigint NOT NULL,
+            hash text NOT NULL,
+            prev_hash text,
+            kind text NOT NULL,
+            "timestamp" text NOT NULL,
+            body text NOT NULL,
+            UNIQUE (agent_id, task_id, seq)
+        )""",
+        """CREATE TABLE charter_chains (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            agent_id text NOT NULL,
+            task_id text NOT NULL,
+            head_seq bigint NOT NULL,
+            head_hash text,
+            closed boolean NOT NULL DEFAULT false,
+            UNIQUE (agent_id, task_id)
+        )""",
+        "CREATE INDEX charter_chains_by_task ON charter_chains (task_id)",
+        _REFUSE_FUNCTION,
+        "CREATE TRIGGER charter_records_append_only BEFORE UPDATE OR DELETE ON charter_records "
+        "FOR EACH ROW EXECUTE FUNCTION charter_refuse_change()",
+        "CREATE TRIGGER charter_records_no_truncate BEFORE TRUNCATE ON charter_records "
+        "FOR EACH STATEMENT EXECUTE FUNCTION charter_refuse_change()",
+        "CREATE TRIGGER charter_chains_forward_only BEFORE UPDATE OR DELETE ON charter_chains "
+        "FOR EACH ROW EXECUTE FUNCTION charter_refuse_change()",
+        "CREATE TRIGGER charter_chains_no_truncate BEFORE TRUNCATE ON charter_chains "
+        "FOR EACH STATEMENT EXECUTE FUNCTION charter_refuse_change()",
+    ),
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
+# Locks (creating where missing) the heads of the batch's chains, in the order given.
+_LOCK_HEADS = (
+    "INSERT INTO charter_chains (agent_id, task_id, head_seq, head_hash, closed) "
+    "SELECT a, t, 0, NULL, false FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY "
+    "AS k(a, t, n) ORDER BY n "
+    "ON CONFLICT (agent_id, task_id) DO UPDATE SET head_seq = charter_chains.head_seq "
+    "RETURNING agent_id, task_id, head_seq, head_hash, closed"
+)
+_WRITE = (
+    "WITH added AS (INSERT INTO charter_records "
+    f"({_SELECT_COLUMNS}, body) "
+    "SELECT a, t, s, h, p, k, ts, b FROM unnest(%s::text[], %s::text[], %s::bigint[], "
+    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
+    "AS r(a, t, s, h, p, k, ts, b, n) ORDER BY n) "
+    "UPDATE charter_chains c SET head_seq = v.s, head_hash = v.h, closed = v.c "
+    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::bool[]) "
+    "AS v(a, t, s, h, c) WHERE c.agent_id = v.a AND c.task_id = v.t"
+)
+_STORED = (
+    "SELECT r.agent_id, r.task_id, r.seq, r.prev_hash, r.hash, r.body FROM charter_records r "
+    "JOIN unnest(%s::text[], %s::text[], %s::bigint[]) AS k(a, t, s) "
+    "ON r.agent_id = k.a AND r.task_id = k.t AND r.seq = k.s"
+)
+
+
+def _timeout_of(url: str) -> float:
+    query = urllib.parse.parse_qs(urllib.parse.urlsplit(url).query)
+    values = query.get("connect_timeout")
+    if not values:
+        return _DEFAULT_TIMEOUT
+    try:
+        seconds = float(values[-1])
+    except ValueError:
+        raise StoreError(
+            f"audit location {display_location(url)!r} has connect_timeout={values[-1]!r}; "
+            "give a number of seconds"
+        ) from None
+    return seconds if seconds > 0 else _DEFAULT_TIMEOUT
+
+
+class _CommitUnknown(Exception):
+    """The connection was lost while COMMIT was in flight: the batch may or may not be stored."""
+
+
+class PostgresStore:
+    """An audit store in a PostgreSQL database (see the module docstring for the schema).
+
+    `url` is a libpq connection URL (``postgresql://user@host:port/db``; a password is best
+    kept in ``PGPASSWORD`` or ``~/.pgpass``). `create=False` refuses a database that holds no
+    Charter store instead of creating the schema (used by verify and the CLI). One object may
+    be shared by threads (a small connection pool serves them); open one per process.
+    """
+
+    def __init__(self, url: str, *, create: bool = True, pool_size: int = _POOL_SIZE) -> None:
+        self.location = display_location(url)
+        self._timeout = _timeout_of(url)
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+        self.reconnects = 0
+        connect_kwargs: dict[str, Any] = {"application_name": "charter"}
+        if "connect_timeout" not in url:
+            connect_kwargs["connect_timeout"] = max(1, round(self._timeout))
+        try:
+            conn = psycopg.connect(url, **connect_kwargs)
+        except psycopg.Error as exc:
+            raise StoreError(
+                f"cannot connect to audit store {self.location}: {_reason(exc)}"
+            ) from None
+        try:
+            self._initialise(conn, create)
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot open audit store {self.location}: {_reason(exc)}") from None
+        finally:
+            conn.close()
+        self._pool: ConnectionPool[psycopg.Connection[tuple[Any, ...]]] | None = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            kwargs=connect_kwargs,
+            timeout=self._timeout,
+            name="charter-audit",
+            open=False,
+        )
+        # Connections are made in the background; a server that went away meanwhile shows
+        # up as a failed call, retried and reported like any other.
+        self._pool.open(wait=False)
+
+    # -- schema -----------------------------------------------------------------------------
+
+    def _initialise(self, conn: psycopg.Connection[tuple[Any, ...]], create: bool) -> None:
+        version = self._version(conn)
+        conn.commit()
+        if version == SCHEMA_VERSION:
+            return
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"audit store {self.location} has schema version {version}, newer than this "
+                f"Charter reads (version {SCHEMA_VERSION}); upgrade charter"
+            )
+        if not create:
+            if version == 0:
+                raise StoreError(
+                    f"there is no Charter audit store in {self.location} (no "
+                    "charter_schema_version table); a writer creates it on first use"
+                )
+            raise StoreError(
+                f"audit store {self.location} has schema version {version}; open it once for "
+                f"writing to migrate it to version {SCHEMA_VERSION}"
+            )
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
+            version = self._version(conn)  # another opener may have migrated meanwhile
+            for step in range(version, SCHEMA_VERSION):
+                for statement in _MIGRATIONS[step]:
+                    conn.execute(statement.encode())
+                conn.execute("UPDATE charter_schema_version SET version = %s", (step + 1,))
+            conn.commit()
+        except psycopg.errors.InsufficientPrivilege as exc:
+            conn.rollback()
+            raise StoreError(
+                f"audit store {self.location} needs its schema created or migrated to version "
+                f"{SCHEMA_VERSION}, and this role may not ({_reason(exc)}); open it once as the "
+                "role that owns the tables"
+            ) from None
+        except BaseException:
+            conn.rollback()
+            raise
+
+    @staticmethod
+    def _version(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
+        found = conn.execute("SELECT to_regclass('charter_schema_version') IS NOT NULL").fetchone()
+        if not found or not found[0]:
+            return 0
+        row = conn.execute("SELECT max(version) FROM charter_schema_version").fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
+    # -- connections --------------------------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[tuple[Any, ...]]]:
+        pool = self._pool
+        if pool is None:
+            raise StoreError(f"audit store {self.location} is closed")
+        check_process(self._pid, self.location)
+        with pool.connection(timeout=self._timeout) as conn:
+            yield conn
+
+    def _retrying(
+        self, what: str, work: Callable[[psycopg.Connection[tuple[Any, ...]], bool], _T]
+    ) -> _T:
+        """Run `work(conn, retry)` in a transaction, again on a fresh connection after a lost
+        connection or an unreachable server (bounded); raises StoreError after the last try."""
+        last = ""
+        for attempt in range(_ATTEMPTS):
+            if attempt:
+                with self._lock:
+                    self.reconnects += 1
+                time.sleep(_BACKOFF[attempt - 1])
+            try:
+                with self._connection() as conn:
+                    return work(conn, attempt > 0)
+            except _CommitUnknown as exc:
+                raise StoreError(
+                    f"audit store {self.location} lost the connection while committing "
+                    f"({exc}); whether the batch was stored is unknown: run verify"
+                ) from None
+            except psycopg.OperationalError as exc:
+                # Connection lost, server unreachable or shutting down, deadlock: retryable.
+                last = _reason(exc)
+            except psycopg.Error as exc:
+                raise StoreError(
+                    f"audit store {self.location} could not {what} ({_reason(exc)})"
+                ) from None
+        raise StoreError(
+            f"audit store {self.location} could not {what} after {_ATTEMPTS} attempts: {last}"
+        )
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Chain and commit `entries` in one transaction; see AuditStore.append."""
+        prepared = prepare_batch(entries)
+        if not prepared:
+            return []
+        try:
+            return self._retrying("append", lambda conn, retry: self._append(conn, prepared, retry))
+        except StoreError as exc:
+            text = str(exc)
+            if "nothing was written" in text or "unknown" in text:
+                raise
+            raise StoreError(f"{text}; nothing was written") from None
+
+    def _append(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        prepared: list[PreparedEntry],
+        retry: bool,
+    ) -> list[dict[str, Any]]:
+        keys = sorted({(item.agent_id, item.task_id) for item in prepared})
+        found = conn.execute(_LOCK_HEADS, ([a for a, _ in keys], [t for _, t in keys])).fetchall()
+        heads = {(a, t): (ChainHead(seq, h), closed) for a, t, seq, h, closed in found}
+        if retry:
+            stored = self._stored_already(conn, prepared, heads)
+            if stored is not None:
+                conn.rollback()
+                return stored
+        columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+        chained: list[dict[str, Any]] = []
+        for item in prepared:
+            key = (item.agent_id, item.task_id)
+            head, closed = heads[key]
+            if closed:
+                raise closed_error(item.task_id, item.agent_id, self.location)
+            refused = check_seq(item, head)
+            if refused is not None:
+                raise seq_error(refused, item.task_id, self.location)
+            sealed = seal(item, head)
+            heads[key] = (ChainHead(sealed.seq, sealed.hash), item.closing)
+            record = sealed.entry
+            values = (
+                item.agent_id,
+                item.task_id,
+                sealed.seq,
+                sealed.hash,
+                head.hash,
+                record["kind"],
+                record["timestamp"],
+                sealed.body.decode("utf-8"),
+            )
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+            chained.append(record)
+        moved = [(a, t, h.seq, h.hash, c) for (a, t), (h, c) in heads.items()]
+        head_columns = tuple(list(column) for column in zip(*moved, strict=True))
+        try:
+            conn.execute(_WRITE, (*columns, *head_columns))
+        except psycopg.IntegrityError as exc:
+            raise StoreError(
+                f"audit store {self.location} refused the batch ({_reason(exc)}): its chains "
+                "table disagrees with the stored records (run verify); nothing was written"
+            ) from None
+        try:
+            conn.commit()
+        except psycopg.OperationalError as exc:
+            if all(item.seq is not None for item in prepared):
+                raise  # retried: the next attempt finds the batch if it was stored
+            raise _CommitUnknown(_reason(exc)) from None
+        return chained
+
+    @staticmethod
+    def _stored_already(
+        conn: psycopg.Connection[tuple[Any, ...]],
+        prepared: list[PreparedEntry],
+        heads: Mapping[tuple[str, str], tuple[ChainHead, bool]],
+    ) -> list[dict[str, Any]] | None:
+        """The stored records when an earlier attempt committed exactly this batch, else None.
+
+        Every entry must carry its seq, lie at or below its chain's head and match the stored
+        record's hash when sealed onto that record's own prev_hash.
+        """
+        if any(
+            item.seq is None or item.seq > heads[(item.agent_id, item.task_id)][0].seq
+            for item in prepared
+        ):
+            return None
+        rows = conn.execute(
+            _STORED,
+            (
+                [item.agent_id for item in prepared],
+                [item.task_id for item in prepared],
+                [item.seq for item in prepared],
+            ),
+        ).fetchall()
+        by_key = {(a, t, s): (prev, h, body) for a, t, s, prev, h, body in rows}
+        records: list[dict[str, Any]] = []
+        for item in prepared:
+            stored = by_key.get((item.agent_id, item.task_id, item.seq))
+            if stored is None:
+                return None
+            prev, digest, body = stored
+            assert item.seq is not None
+            if seal(item, ChainHead(item.seq - 1, prev)).hash != digest:
+                return None
+            record = decode_json(body)
+            if not isinstance(record, dict):
+                return None
+            records.append(record)
+        return records
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def head(self, agent_id: str, task_id: str) -> ChainHead:
+        """The committed head of (agent_id, task_id); ChainHead() when the chain is unknown."""
+
+        def read(conn: psycopg.Connection[tuple[Any, ...]], _: bool) -> ChainHead:
+            found = conn.execute(
+                "SELECT head_seq, head_hash FROM charter_chains WHERE agent_id = %s "
+                "AND task_id = %s AND head_seq > 0",
+                (agent_id, task_id),
+            ).fetchone()
+            conn.rollback()
+            return ChainHead(int(found[0]), found[1]) if found else ChainHead()
+
+        return self._retrying("read a chain head", read)
+
+    def list_tasks(self, agent_id: str | None = None) -> list[TaskSummary]:
+        """One summary per chain in order of first appearance; `steps` is the head seq."""
+        where = "" if agent_id is None else " AND c.agent_id = %s"
+        params: tuple[str, ...] = () if agent_id is None else (agent_id,)
+        same_chain = "s.agent_id = c.agent_id AND s.task_id = c.task_id"
+        sql = (
+            "SELECT c.agent_id, c.task_id, c.head_seq, c.closed, "
+            f'(SELECT "timestamp" FROM charter_records s WHERE {same_chain} AND s.seq = 1), '
+            f'(SELECT "timestamp" FROM charter_records s WHERE {same_chain} '
+            "AND s.seq = c.head_seq), "
+            f"(SELECT kind FROM charter_records s WHERE {same_chain} AND s.seq = c.head_seq) "
+            f"FROM charter_chains c WHERE c.head_seq > 0{where} ORDER BY c.id"
+        )
+
+        def read(conn: psycopg.Connection[tuple[Any, ...]], _: bool) -> list[TaskSummary]:
+            found = conn.execute(sql.encode(), params).fetchall()
+            conn.rollback()
+            return [
+                TaskSummary(a, t, int(steps), first or "", last or "", bool(closed), kind or "")
+                for a, t, steps, closed, first, last, kind in found
+            ]
+
+        return self._retrying("list tasks", read)
+
+    def read_task(self, task_id: str, agent_id: str | None = None) -> list[dict[str, Any]]:
+        """The records of one task in seq order; see AuditStore.read_task for the refusals."""
+
+        def read(conn: psycopg.Connection[tuple[Any, ...]], _: bool) -> list[tuple[Any, Any]]:
+            chosen = agent_id
+            if chosen is None:
+                agents = [
+                    a
+                    for (a,) in conn.execute(
+                        "SELECT agent_id FROM charter_chains WHERE task_id = %s "
+                        "AND head_seq > 0 ORDER BY id",
+                        (task_id,),
+                    )
+                ]
+                if len(agents) > 1:
+                    names = ", ".join(repr(a) for a in agents)
+                    raise StoreError(
+                        f"task {task_id!r} exists under several agents ({names}) in "
+                        f"{self.location}; pass agent_id to choose one"
+                    )
+                chosen = agents[0] if agents else ""
+            bodies = conn.execute(
+                "SELECT seq, body FROM charter_records WHERE agent_id = %s AND task_id = %s "
+                "ORDER BY seq",
+                (chosen, task_id),
+            ).fetchall()
+            conn.rollback()
+            return bodies
+
+        bodies = self._retrying("read a task", read)
+        if not bodies:
+            raise StoreError(f"task {task_id!r} is not in {self.location}")
+        records: list[dict[str, Any]] = []
+        for seq, body in bodies:
+            try:
+                record = decode_json(body)
+            except ValueError:
+                record = None
+            if not isinstance(record, dict):
+                raise StoreError(
+                    f"record seq {seq} of task {task_id!r} in {self.location} is malformed; "
+                    "run verify"
+                )
+            records.append(record)
+        return records
+
+    def verify(self, task_id: str | None = None) -> VerifyReport:
+        """Verify every chain (or those of `task_id`) inside one read snapshot.
+
+        Raises StoreError when `task_id` is given and neither its records nor its head exist.
+        """
+        return self._retrying("verify", lambda conn, _: self._verify(conn, task_id))
+
+    def _verify(
+        self, conn: psycopg.Connection[tuple[Any, ...]], task_id: str | None
+    ) -> VerifyReport:
+        where = "" if task_id is None else " WHERE task_id = %s"
+        params: tuple[str, ...] = () if task_id is None else (task_id,)
+        breaks: list[tuple[tuple[int, int], ChainBreak]] = []
+        gaps: list[Gap] = []
+        steps = 0
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        try:
+            recorded: dict[tuple[str, str], tuple[int, RecordedHead]] = {
+                (a, t): (int(order), RecordedHead(int(seq), h, bool(closed), exact=True))
+                for order, a, t, seq, h, closed in conn.execute(
+                    "SELECT id, agent_id, task_id, head_seq, head_hash, closed "
+                    f"FROM charter_chains{where}".encode(),
+                    params,
+                )
+            }
+            seen: set[tuple[str, str]] = set()
+            with conn.cursor(name="charter_verify") as cursor:
+                cursor.itersize = 2000
+                cursor.execute(
+                    f"SELECT id, {_SELECT_COLUMNS}, body FROM charter_records{where} "
+                    "ORDER BY agent_id, task_id, seq".encode(),
+                    params,
+                )
+                for key, rows in chains_of(cursor, _COLUMNS):
+                    seen.add(key)
+                    steps += len(rows)
+                    found = _check(key, rows, recorded.get(key), gaps)
+                    if found is not None:
+                        breaks.append(found)
+        finally:
+            conn.rollback()
+        for key, (order, head) in recorded.items():
+            if key not in seen:
+                problem = check_chain(key[0], key[1], [], head)
+                if problem is not None:
+                    breaks.append(((0, order), problem))
+        chains = len(seen | recorded.keys())
+        if task_id is not None and not chains:
+            raise StoreError(f"task {task_id!r} is not in {self.location}")
+        breaks.sort(key=lambda item: item[0])
+        return build_report(chains, steps, [b for _, b in breaks], (), gaps)
+
+    def health(self) -> dict[str, Any]:
+        """{"ok", "location", "detail"}: whether the database answers a query; never raises."""
+        try:
+            with self._connection() as conn:
+                row = conn.execute(
+                    "SELECT current_setting('server_version'), count(*) FROM charter_chains"
+                ).fetchone()
+                conn.rollback()
+        except (StoreError, psycopg.Error) as exc:
+            return {"ok": False, "location": self.location, "detail": _reason(exc)}
+        version, chains = row if row else ("?", 0)
+        detail = f"PostgreSQL {version}, schema {SCHEMA_VERSION}, {chains} chains"
+        if self.reconnects:
+            detail += f", {self.reconnects} retried calls"
+        return {"ok": True, "location": self.location, "detail": detail}
+
+    def close(self) -> None:
+        """Close the connection pool; later calls raise StoreError. Idempotent."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def _check(
+    key: tuple[str, str],
+    rows: list[StoredRow],
+    recorded: tuple[int, RecordedHead] | None,
+    gaps: list[Gap],
+) -> tuple[tuple[int, int], ChainBreak] | None:
+    if recorded is None:
+        first = min(rows, key=lambda r: r.seq)
+        return (1, first.position), ChainBreak(
+            key[0],
+            key[1],
+            first.seq,
+            "inserted",
+            "the chain has records but no head in the charter_chains table",
+        )
+    found = check_chain(key[0], key[1], rows, recorded[1], gaps)
+    return None if found is None else ((0, recorded[0]), found)
+
+
+def _reason(exc: BaseException) -> str:
+    """One line of what PostgreSQL (or the pool) said."""
+    text = str(exc).strip() or type(exc).__name__
+    return " ".join(text.split())
