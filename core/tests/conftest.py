@@ -8,4 +8,4 @@ from charter.testing import charter_internal_errors  # noqa: F401
 
 # A real PostgreSQL server in a temporary folder for the postgresql:// store's tests (one per
 # session, a fresh database per test).
-from charter.testing.postgresql import postgresql_server, postgresql_url  # noqa: F401, E402
+from charter.testing.postgresql import postgresql_server, postgresql_url  # noqa: F401

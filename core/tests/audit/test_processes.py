@@ -102,13 +102,23 @@ def test_sqlite_eight_processes(spawn: Spawn, tmp_path: Path) -> None:
     _concurrent_appends(spawn, f"sqlite:///{tmp_path / 'audit.db'}", writers=8, per_writer=200)
 
 
+def test_postgresql_eight_processes(spawn: Spawn, postgresql_url: str) -> None:
+    # Half the writers contend for one chain's head row lock, from separate processes.
+    _concurrent_appends(spawn, postgresql_url, writers=8, per_writer=200)
+
+
 def test_jsonl_four_processes(spawn: Spawn, tmp_path: Path) -> None:
     _concurrent_appends(spawn, f"jsonl:///{tmp_path / 'audit.jsonl'}", writers=4, per_writer=200)
 
 
-@pytest.mark.parametrize("suffix", [".db", ".jsonl"])
-def test_killed_writer_loses_nothing_it_reported(spawn: Spawn, tmp_path: Path, suffix: str) -> None:
-    path = tmp_path / f"audit{suffix}"
+@pytest.mark.parametrize("suffix", [".db", ".jsonl", "postgresql"])
+def test_killed_writer_loses_nothing_it_reported(
+    spawn: Spawn, tmp_path: Path, suffix: str, request: pytest.FixtureRequest
+) -> None:
+    if suffix == "postgresql":
+        path: Path | str = str(request.getfixturevalue("postgresql_url"))
+    else:
+        path = tmp_path / f"audit{suffix}"
     child = spawn(CRASH_CHILD, str(path))
     assert child.stdout is not None
     printed = []

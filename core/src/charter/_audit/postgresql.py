@@ -129,7 +129,7 @@ SCHEMA_VERSION = len(_MIGRATIONS)
 # Locks (creating where missing) the heads of the batch's chains, in the order given.
 _LOCK_HEADS = (
     "INSERT INTO charter_chains (agent_id, task_id, head_seq, head_hash, closed) "
-    "SELECT a, t, 0, NULL, false FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY "
+    "SELECT a, t, 0, NULL, false FROM unnest(%b::text[], %b::text[]) WITH ORDINALITY "
     "AS k(a, t, n) ORDER BY n "
     "ON CONFLICT (agent_id, task_id) DO UPDATE SET head_seq = charter_chains.head_seq "
     "RETURNING agent_id, task_id, head_seq, head_hash, closed"
@@ -137,16 +137,16 @@ _LOCK_HEADS = (
 _WRITE = (
     "WITH added AS (INSERT INTO charter_records "
     f"({_SELECT_COLUMNS}, body) "
-    "SELECT a, t, s, h, p, k, ts, b FROM unnest(%s::text[], %s::text[], %s::bigint[], "
-    "%s::text[], %s::text[], %s::text[], %s::text[], %s::text[]) WITH ORDINALITY "
+    "SELECT a, t, s, h, p, k, ts, b FROM unnest(%b::text[], %b::text[], %b::bigint[], "
+    "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[]) WITH ORDINALITY "
     "AS r(a, t, s, h, p, k, ts, b, n) ORDER BY n) "
     "UPDATE charter_chains c SET head_seq = v.s, head_hash = v.h, closed = v.c "
-    "FROM unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::bool[]) "
+    "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::bool[]) "
     "AS v(a, t, s, h, c) WHERE c.agent_id = v.a AND c.task_id = v.t"
 )
 _STORED = (
     "SELECT r.agent_id, r.task_id, r.seq, r.prev_hash, r.hash, r.body FROM charter_records r "
-    "JOIN unnest(%s::text[], %s::text[], %s::bigint[]) AS k(a, t, s) "
+    "JOIN unnest(%b::text[], %b::text[], %b::bigint[]) AS k(a, t, s) "
     "ON r.agent_id = k.a AND r.task_id = k.t AND r.seq = k.s"
 )
 
@@ -177,11 +177,20 @@ class PostgresStore:
     kept in ``PGPASSWORD`` or ``~/.pgpass``). `create=False` refuses a database that holds no
     Charter store instead of creating the schema (used by verify and the CLI). One object may
     be shared by threads (a small connection pool serves them); open one per process.
+    `timeout` (seconds; default the URL's ``connect_timeout``, else 5) bounds each attempt's
+    wait for a connection; a call makes up to three attempts.
     """
 
-    def __init__(self, url: str, *, create: bool = True, pool_size: int = _POOL_SIZE) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        create: bool = True,
+        pool_size: int = _POOL_SIZE,
+        timeout: float | None = None,
+    ) -> None:
         self.location = display_location(url)
-        self._timeout = _timeout_of(url)
+        self._timeout = timeout if timeout is not None and timeout > 0 else _timeout_of(url)
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.reconnects = 0
@@ -206,6 +215,9 @@ class PostgresStore:
             max_size=max(1, pool_size),
             kwargs=connect_kwargs,
             timeout=self._timeout,
+            # A reconnect loop that gives up soon is restarted at once by the next call, so
+            # a server back after a long outage is used again within seconds.
+            reconnect_timeout=max(2 * self._timeout, 2.0),
             name="charter-audit",
             open=False,
         )
@@ -235,8 +247,11 @@ class PostgresStore:
                 f"audit store {self.location} has schema version {version}; open it once for "
                 f"writing to migrate it to version {SCHEMA_VERSION}"
             )
+        # A session lock, taken before the transaction that reads the version: a transaction
+        # begun earlier could still see the catalog as it was before another opener's commit.
+        conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
+        conn.commit()
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
             version = self._version(conn)  # another opener may have migrated meanwhile
             for step in range(version, SCHEMA_VERSION):
                 for statement in _MIGRATIONS[step]:
@@ -253,6 +268,10 @@ class PostgresStore:
         except BaseException:
             conn.rollback()
             raise
+        finally:
+            if not conn.closed:
+                conn.execute("SELECT pg_advisory_unlock(%s)", (_SCHEMA_LOCK,))
+                conn.commit()
 
     @staticmethod
     def _version(conn: psycopg.Connection[tuple[Any, ...]]) -> int:
@@ -283,7 +302,7 @@ class PostgresStore:
             if attempt:
                 with self._lock:
                     self.reconnects += 1
-                time.sleep(_BACKOFF[attempt - 1])
+                time.sleep(min(_BACKOFF[attempt - 1], self._timeout))
             try:
                 with self._connection() as conn:
                     return work(conn, attempt > 0)
@@ -325,6 +344,18 @@ class PostgresStore:
         retry: bool,
     ) -> list[dict[str, Any]]:
         keys = sorted({(item.agent_id, item.task_id) for item in prepared})
+        # Pipeline mode: BEGIN travels with the lock, and COMMIT with the write, so an append
+        # costs two round trips.
+        with conn.pipeline():
+            return self._append_in(conn, prepared, retry, keys)
+
+    def _append_in(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        prepared: list[PreparedEntry],
+        retry: bool,
+        keys: list[tuple[str, str]],
+    ) -> list[dict[str, Any]]:
         found = conn.execute(_LOCK_HEADS, ([a for a, _ in keys], [t for _, t in keys])).fetchall()
         heads = {(a, t): (ChainHead(seq, h), closed) for a, t, seq, h, closed in found}
         if retry:
@@ -362,13 +393,12 @@ class PostgresStore:
         head_columns = tuple(list(column) for column in zip(*moved, strict=True))
         try:
             conn.execute(_WRITE, (*columns, *head_columns))
+            conn.commit()
         except psycopg.IntegrityError as exc:
             raise StoreError(
                 f"audit store {self.location} refused the batch ({_reason(exc)}): its chains "
                 "table disagrees with the stored records (run verify); nothing was written"
             ) from None
-        try:
-            conn.commit()
         except psycopg.OperationalError as exc:
             if all(item.seq is not None for item in prepared):
                 raise  # retried: the next attempt finds the batch if it was stored
