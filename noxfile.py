@@ -87,5 +87,6 @@ def bench(session: nox.Session) -> None:
         "bench/serve.py",
         "bench/shared_limits.py",
         "bench/otlp_export.py",
+        "bench/pg_append.py",
     ):
         session.run("python", script)

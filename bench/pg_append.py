@@ -94,7 +94,7 @@ def main() -> None:
         report = verify(url)
         print(
             f"{WRITERS} writer processes, {total:,} records in batches of {BATCH} "
-            f"(PostgreSQL {server.bin.parent.name}, loopback, fsync on, {os.cpu_count()} CPUs)"
+            f"(PostgreSQL, loopback, fsync on, {os.cpu_count()} CPUs)"
         )
         print(f"aggregate: {total / elapsed:,.0f} records/s (target >= 15,000)")
         print(f"appends: {total / BATCH / elapsed:,.0f} commits/s, wall {elapsed:.2f} s")
