@@ -68,12 +68,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             go = Path(tmp) / "go"
             children = []
+            sizes = (str(PER_WRITER), str(BATCH))
             for i in range(WRITERS):
                 agent, task = ("team", "shared") if i < 2 else (f"w{i}", f"own-{i}")
                 children.append(
                     subprocess.Popen(
-                        [sys.executable, "-c", CHILD, url, agent, task, str(PER_WRITER)]
-                        + [str(BATCH), str(go)],
+                        [sys.executable, "-c", CHILD, url, agent, task, *sizes, str(go)],
                         stdout=subprocess.PIPE,
                         text=True,
                     )

@@ -1,7 +1,8 @@
 """What an operator needs: open an audit store, verify its hash chains, read what broke.
 
 ``open_store(location)`` opens (creating if needed) a ``sqlite:///``, ``jsonl:///``,
-``postgresql://`` (the ``charter[postgresql]`` extra) or ``stdout`` store; ``verify(location_or_store)`` checks every chain and returns a
+``postgresql://`` (the ``charter[postgresql]`` extra) or ``stdout`` store;
+``verify(location_or_store)`` checks every chain and returns a
 ``VerifyReport`` whose ``breaks`` are ``ChainBreak``s and whose ``gaps`` are ``Gap``s
 (records dropped before they were stored, each with its cause; a chain declares them in
 ``meta["charter.gap"]`` of the record after the hole). ``entry_hash`` and ``canonical_json``

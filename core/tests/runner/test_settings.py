@@ -48,7 +48,11 @@ def test_lists_paths_and_policy_objects_are_accepted_as_keywords(tmp_path: Path)
         ("enforcement", "maybe", "enforce or monitor"),
         ("audit_durability", "eventually", "buffered or sync"),
         ("payload_mode", "zip", "full, metadata_only or sha256"),
-        ("audit_location", "ftp://x", "sqlite:///PATH, jsonl:///PATH, stdout or none"),
+        (
+            "audit_location",
+            "ftp://x",
+            "sqlite:///PATH, jsonl:///PATH, postgresql://USER@HOST:PORT/DB, stdout or none",
+        ),
         ("max_clock_skew_seconds", "-1", "a number of seconds above 0"),
         ("queue_size", "0", "a whole number of at least 1"),
         ("exit_flush_seconds", "soon", "a number of seconds at least 0"),

@@ -29,10 +29,13 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from pathlib import Path
+import typing
+from pathlib import Path as _Path
 
 import pytest
+
+if typing.TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = [
     "ADMIN_USER",
@@ -58,25 +61,27 @@ class PostgresUnavailable(RuntimeError):
     """The PostgreSQL server binaries are missing or the server would not start."""
 
 
-def find_pg_bin() -> Path:
+def find_pg_bin() -> _Path:
     """The directory holding initdb, pg_ctl and postgres.
 
     Looks in ``CHARTER_TEST_PG_BIN``, then on PATH, then in the newest
     ``/usr/lib/postgresql/*/bin``. Raises PostgresUnavailable saying how to install them.
     """
-    candidates: list[Path] = []
+    candidates: list[_Path] = []
     configured = os.environ.get(_ENV_BIN, "").strip()
     if configured:
-        candidates.append(Path(configured))
+        candidates.append(_Path(configured))
     on_path = shutil.which("initdb")
     if on_path:
-        candidates.append(Path(on_path).parent)
+        candidates.append(_Path(on_path).parent)
 
     def major(path: str) -> int:
-        name = Path(path).parent.name
+        name = _Path(path).parent.name
         return int(name) if name.isdigit() else 0
 
-    candidates += [Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=major)[::-1]]
+    candidates += [
+        _Path(p) for p in sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=major)[::-1]
+    ]
     for directory in candidates:
         if all(os.access(directory / tool, os.X_OK) for tool in _TOOLS):
             return directory
@@ -128,7 +133,7 @@ class PostgresServer:
                 )
             self._as = [runuser, "-u", _UNPRIVILEGED, "--"]
         # Not under pytest's tmp_path: its parents are private to root.
-        self.directory = Path(tempfile.mkdtemp(prefix="charter-pg-"))
+        self.directory = _Path(tempfile.mkdtemp(prefix="charter-pg-"))
         if uid:
             os.chown(self.directory, uid, -1)
         self.data = self.directory / "data"
