@@ -30,7 +30,7 @@ def test_a_value_seen_nowhere_violates(Task: Any, policy: Any) -> None:
     detail = t.violation(t.step("send_email", input={"to": "eve@evil.example"}))
     assert detail == (
         "input.to 'eve@evil.example' did not appear in trusted content earlier in the task "
-        "(user messages, trusted values, outputs marked trusted)"
+        "(user messages, trusted values, outputs marked trusted or internal)"
     )
 
 

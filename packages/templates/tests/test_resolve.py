@@ -254,7 +254,8 @@ def test_generic_properties() -> None:
     mail = resolve("generic", "send_email", {"recipients": ["a@x.org"], "body": "b"}).properties
     assert mail["message"] == {"to": ["a@x.org"]}
     inbox = resolve("generic", "read_inbox").properties
-    assert inbox["data"] == {"trust": "untrusted"}
+    assert inbox["data"]["trust"] == "untrusted"
+    assert inbox["data"]["field_trust"]["emails[*].sender"] == "internal"
 
 
 def test_host_of_edge_cases() -> None:

@@ -421,9 +421,12 @@ class Gate:
         description: str | None = None,
         ids: Mapping[str, Any] | None = None,
         template: str | None = None,
+        trust: str | None = None,
+        field_trust: Mapping[str, str] | None = None,
     ) -> Step:
         """A tool call mapped through the templates (`template` names the one to use,
-        default this framework's; names no template knows are ``step.unknown``)."""
+        default this framework's; names no template knows are ``step.unknown``); `trust`
+        and `field_trust` replace the templates' output levels (see `tool_step`)."""
         resolved = _resolve(self._templates, template or self.framework, name, args)
         kind, verb, properties = resolved.kind, resolved.verb, resolved.properties
         return tool_step(
@@ -436,6 +439,8 @@ class Gate:
             call_id=call_id,
             description=description,
             ids=ids,
+            trust=trust,
+            field_trust=field_trust,
         )
 
     # -- deciding -----------------------------------------------------------------------------

@@ -18,7 +18,12 @@ Claude Code or a raw model client:
 - ``properties.target.credential``: true on a ``step.resource GET`` whose target path
   (``target.path``, ``target.resolved_path``; a glob counts) names a credential path;
 - ``input.messages`` of a model step: ``[{role, content, ...}]`` with role ``system``,
-  ``user``, ``assistant`` or ``tool``, only those new since the model's last turn.
+  ``user``, ``assistant`` or ``tool``, only those new since the model's last turn;
+- ``properties.data.trust`` and ``properties.data.field_trust``: the trust level of a tool's
+  output and of parts of it by path (``emails[*].sender: internal``), from the templates or
+  given by the integration (`tool_step`); a model step's output counts at the lowest level
+  of the content recorded before it, never above ``internal`` (`model_step` can only lower
+  it). See `charter.rules.Trust`.
 
 Builders are pure: no I/O, no policy, no clock.
 """
@@ -31,6 +36,7 @@ from typing import Any
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
 from charter._model.capture import capture, capture_noted
+from charter._model.trust import parse_output_path, parse_trust
 from charter._policy.shell import is_credential_path, shell_view
 
 __all__ = [
@@ -90,10 +96,19 @@ def tool_step(
     call_id: str | None = None,
     description: str | None = None,
     ids: Mapping[str, Any] | None = None,
+    trust: str | None = None,
+    field_trust: Mapping[str, str] | None = None,
 ) -> Step:
     """A tool call: `kind`, `verb` and `properties` usually come from the templates
-    (`Gate.tool_step` resolves them); input = the arguments."""
+    (`Gate.tool_step` resolves them); input = the arguments.
+
+    `trust` is the level of the tool's whole output and `field_trust` the level of parts of
+    it by path relative to the output (``{"emails[*].sender": "internal"}``); both replace
+    what the templates said, path by path. Refuses (ValueError) a word that is not a level
+    and a path that cannot be read."""
     props = dict(properties or {})
+    if trust is not None or field_trust:
+        props["data"] = _trust_group(props.get("data"), trust, field_trust)
     tool = dict(props.get("tool") or {}) if isinstance(props.get("tool"), Mapping) else {}
     tool.update(_group(name=name, call_id=call_id, description=description))
     props["tool"] = tool
@@ -104,6 +119,23 @@ def tool_step(
     elif kind == "step.resource" and verb == "GET":
         _mark_credential(props)
     return Step(kind, verb, name, data, props)
+
+
+def _trust_group(
+    data: Any, trust: str | None, field_trust: Mapping[str, str] | None
+) -> dict[str, Any]:
+    out = dict(data) if isinstance(data, Mapping) else {}
+    if trust is not None:
+        parse_trust(trust, "trust")
+        out["trust"] = trust
+    if field_trust:
+        fields = dict(out.get("field_trust") or {})
+        for path, level in field_trust.items():
+            parse_output_path(path)
+            parse_trust(level, f"field_trust[{path!r}]")
+            fields[str(path)] = level
+        out["field_trust"] = fields
+    return out
 
 
 def _add_shell_view(props: dict[str, Any], data: Mapping[str, Any]) -> None:
@@ -187,6 +219,7 @@ def model_step(
     prompts: Sequence[str] | None = None,
     ids: Mapping[str, Any] | None = None,
     message_count: int | None = None,
+    trust: str | None = None,
 ) -> Step:
     """A model call: ``step.model`` named after the model. Input: the messages new since
     the model's last turn (see `new_messages`) and how many it is sent in all, or the
@@ -194,6 +227,11 @@ def model_step(
 
     Pass every message of the call, or (cheaper in a long run: nothing older is converted)
     only those after the model's last turn with `message_count` the number sent in all.
+
+    The model's output counts as content at the lowest level of what the task recorded
+    before it, never above ``internal`` (an assistant's words are never the user's);
+    `trust` can only lower that (a model that browses on its own: ``external``). Refuses
+    (ValueError) a word that is not a level.
     """
     if prompts is not None:
         data: dict[str, Any] = {"prompts": [str(p) for p in prompts]}
@@ -209,6 +247,8 @@ def model_step(
         ),
         "framework": _framework(framework, ids),
     }
+    if trust is not None:
+        props["data"] = _trust_group(None, trust, None)
     return Step("step.model", None, str(model), data, props)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from ._model import (
     EFFECT_CLASSES,
     KINDS,
+    TRUST_WORDS,
     VALID_VERBS,
     VERBS,
     Pattern,
@@ -42,13 +43,14 @@ _FILE_KEYS = (
     "properties",
     "derive",
     "set",
+    "field_trust",
     "tools",
     "patterns",
     "rules",
     "verbs",
     "chain_words",
 )
-_PROP_KEYS = ("properties", "derive", "set")
+_PROP_KEYS = ("properties", "derive", "set", "field_trust")
 _TOOL_KEYS = ("kind", "verb", "effect", "description", *_PROP_KEYS)
 _RULE_KEYS = (
     "name",
@@ -70,6 +72,9 @@ _FROM_NAME = "from_name"
 
 _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+# An output path: keys and [n] / [*] steps (``emails[*].sender``, ``[*].from``).
+_INDEXES = r"(?:\[(?:\d+|\*)\])*"
+_OUTPUT_PATH = re.compile(rf"(?:[^.\[\]]+|\[(?:\d+|\*)\]){_INDEXES}(?:\.[^.\[\]]+{_INDEXES})*")
 _INTEGRATION = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -237,7 +242,18 @@ def _props(check: _Check, entry: Mapping[str, Any], where: str) -> PropSpec:
         if not isinstance(value, str | int | float | bool) and value is not None:
             check.fail(here, f"{_describe(value)} is not a plain value", "use a string or number")
         sets[path] = value
-    return PropSpec(picks=picks, derives=derives, sets=sets)
+    section_where = f"{where}.field_trust" if where else "field_trust"
+    field_trust: dict[str, str] = {}
+    for path, level in _mapping(
+        check, entry.get("field_trust", {}), section_where, "field_trust"
+    ).items():
+        here = f"{section_where}.{path}"
+        if not _OUTPUT_PATH.fullmatch(path):
+            check.fail(here, f"{path!r} is not an output path", "write e.g. emails[*].sender")
+        if level not in TRUST_WORDS:
+            check.fail(here, f"{_describe(level)} is not a trust level", _one_of(TRUST_WORDS))
+        field_trust[path] = level
+    return PropSpec(picks=picks, derives=derives, sets=sets, field_trust=field_trust)
 
 
 def _words(check: _Check, value: object, where: str) -> Words:

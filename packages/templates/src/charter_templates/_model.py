@@ -101,9 +101,23 @@ class Resolution:
         return iter((self.kind, self.verb, self.properties, self.effect))
 
 
+# Trust levels of output content (charter's `Trust`; the template package does not import
+# charter). ``trusted`` reads as internal and ``untrusted`` as external.
+TRUST_WORDS: tuple[str, ...] = (
+    "user",
+    "operator",
+    "internal",
+    "external",
+    "trusted",
+    "untrusted",
+)
+
+
 @dataclass(frozen=True, slots=True)
 class PropSpec:
-    """Where values go in `properties`: picked from string args, derived from them, or fixed.
+    """Where values go in `properties`: picked from string args, derived from them, or fixed;
+    plus `field_trust`, the trust level of parts of the tool's output by path relative to it
+    (``emails[*].sender: internal``), put at ``properties.data.field_trust``.
 
     Keys are dotted paths; a path appears in at most one of the three maps.
     """
@@ -111,17 +125,20 @@ class PropSpec:
     picks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     derives: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
     sets: Mapping[str, Scalar] = field(default_factory=dict)
+    field_trust: Mapping[str, str] = field(default_factory=dict)
 
     def paths(self) -> set[str]:
         return set(self.picks) | set(self.derives) | set(self.sets)
 
     def merged(self, over: PropSpec) -> PropSpec:
-        """`self` with every path of `over` replaced by `over`'s definition of it."""
+        """`self` with every path of `over` replaced by `over`'s definition of it (output
+        paths of `field_trust` too)."""
         taken = over.paths()
         return PropSpec(
             picks={**{k: v for k, v in self.picks.items() if k not in taken}, **over.picks},
             derives={**{k: v for k, v in self.derives.items() if k not in taken}, **over.derives},
             sets={**{k: v for k, v in self.sets.items() if k not in taken}, **over.sets},
+            field_trust={**self.field_trust, **over.field_trust},
         )
 
 

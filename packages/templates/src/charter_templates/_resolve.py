@@ -195,6 +195,8 @@ def _apply(spec: PropSpec, props: dict[str, Any], args: Mapping[str, Any]) -> No
             _put(props, path, derived)
     for path, fixed in spec.sets.items():
         _put(props, path, fixed)
+    if spec.field_trust:
+        _put(props, "data.field_trust", dict(spec.field_trust))
 
 
 def _pick(args: Mapping[str, Any], names: tuple[str, ...]) -> str | list[str] | None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import json
 import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -23,7 +24,19 @@ from typing import Any
 
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._model.ijson import canonical_digest
-from charter._model.paths import FieldPath, iter_strings
+from charter._model.paths import FieldPath
+from charter._model.trust import ALL, OutputPath, Trust, parse_output_path, trust_level
+from charter._policy.extract import (
+    iban_checksum_ok,
+    json_number_key,
+    norm_email,
+    norm_host,
+    norm_iban,
+    norm_phone,
+    norm_url,
+    number_key,
+    scan,
+)
 from charter._policy.regex import compile_re2
 from charter._policy.selector import Selector
 
@@ -37,8 +50,12 @@ __all__ = [
     "TimeIndex",
     "TriggerIndex",
     "Where",
+    "candidates",
+    "field_levels",
     "index_key",
+    "leveled",
     "micros",
+    "number_keys",
     "numbers_at",
     "provenance_keys",
     "step_digest",
@@ -409,17 +426,24 @@ MAX_INDEXED_CHARS = 100_000
 MAX_WHOLE = 1_024
 # Runs of up to this many words are candidates too, for multi-word values ("Bob Smith").
 MAX_NGRAM = 4
+# Content below this level is not indexed: no policy can require less (see value_provenance).
+MIN_INDEXED = Trust.INTERNAL
 
 _PUNCT = "\"'`()[]{}<>,;:!?.*"
 # Patterns run on agent-controlled text, so they run on RE2 (linear time): on Python's `re`
 # the e-mail pattern was quadratic in a long token without an `@` (100k characters, 37 s).
 # RE2's `\s` and `\b` are ASCII; the text scanned has its whitespace collapsed to spaces.
-_EMAIL = r"[^\s@<>()\[\]{},;:\"'`]+@[^\s@<>()\[\]{},;:\"'`/]+\.[^\s@<>()\[\]{},;:\"'`/]+"
-_URL = r"[a-z][a-z0-9+.\-]*://[^\s<>\"'`]+"
 _IBAN_SPACED = r"(?i)\b[A-Z]{2}[0-9]{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,3})?\b"
 _IBAN_MAX_TEXT = 64  # an IBAN is at most 34 characters, 42 when spaced in groups of four
 _ANGLE_EMAIL = r".*<([^<>\s]+@[^<>\s]+)>\s*"
-_HOST_END = "/?# "
+_EMAIL_VALUE = (
+    r"[^\s@<>()\[\]{},;:\"'`/\\]+@[^\s@<>()\[\]{},;:\"'`/\\]+\.[^\s@<>()\[\]{},;:\"'`/\\]+"
+)
+# Where a content envelope keeps a tool's own return value: LangChain and LlamaIndex record
+# ``{"content": ...}``, CrewAI ``{"result": ...}``.
+_ENVELOPE_KEYS = ("content", "result")
+
+Key = tuple[str, str]
 
 
 @functools.cache
@@ -483,55 +507,29 @@ def norm_text(s: str) -> str:
     return " ".join(_nfkc(s).split()).casefold()
 
 
-def norm_host(s: str) -> str:
-    """The host of a URL, ``user@host`` or bare host name: no scheme, userinfo, port, path or
-    trailing dot; NFKC and case-folded."""
-    h = norm_text(s)
-    if "://" in h:
-        h = h.split("://", 1)[1]
-    elif h.startswith("//"):
-        h = h[2:]
-    cut = min((i for i in map(h.find, _HOST_END) if i >= 0), default=-1)
-    if cut >= 0:
-        h = h[:cut]
-    h = h.rsplit("@", 1)[-1]
-    if h.startswith("["):
-        end = h.find("]")
-        h = h[1:end] if end > 0 else h[1:]
-    else:
-        h = h.split(":", 1)[0]
-    return h.rstrip(".")
-
-
-def norm_iban(s: str) -> str:
-    """NFKC, all whitespace removed, upper-cased."""
-    return "".join(_nfkc(s).split()).upper()
-
-
-def _iban_ok(compact: str) -> bool:
-    # ISO 13616 check digits: move the first four characters to the end, letters to numbers.
-    moved = compact[4:] + compact[:4]
-    try:
-        return int("".join(str(int(c, 36)) for c in moved)) % 97 == 1
-    except ValueError:
-        return False
-
-
-def provenance_keys(value: str, mode: str) -> tuple[tuple[str, str], ...]:
+def provenance_keys(value: str, mode: str) -> tuple[Key, ...]:
     """The index keys under which `value` counts as seen, for a normalisation `mode`.
 
-    Namespaces: ``t`` text (emails included), ``h`` hosts, ``i`` IBAN-like account numbers.
-    ``auto`` treats an IBAN-like value as an IBAN (or its text), ``Name <addr>`` as the address
-    and anything else as text.
+    Namespaces: ``t`` text, ``e`` e-mail addresses, ``h`` hosts, ``i`` IBAN-like account
+    numbers, ``u`` URLs, ``p`` phone numbers, ``n`` numbers. ``auto`` treats an IBAN-like
+    value as an IBAN (or its text), ``Name <addr>`` and an address as the address and
+    anything else as text.
     """
     if mode == "host":
         return (("h", norm_host(value)),)
     if mode == "iban":
         return (("i", norm_iban(value)),)
+    if mode == "url":
+        return (("u", norm_url(value)),)
+    if mode == "phone":
+        return (("p", norm_phone(value)),)
     if mode in ("auto", "email") and ">" in value:
         m = _rx(_ANGLE_EMAIL).fullmatch(_scannable(_nfkc(value)))
         if m is not None:
-            return (("t", norm_text(m.group(1))),)
+            return (("e", norm_email(m.group(1))), ("t", norm_text(m.group(1))))
+    if mode in ("auto", "email") and "@" in value:
+        if _rx(_EMAIL_VALUE).fullmatch(_scannable(_nfkc(value.strip()))) is not None:
+            return (("e", norm_email(value)), ("t", norm_text(value)))
     if mode == "auto" and len(value) <= _IBAN_MAX_TEXT and "@" not in value:
         compact = norm_iban(value)
         if _is_iban(compact):
@@ -539,7 +537,13 @@ def provenance_keys(value: str, mode: str) -> tuple[tuple[str, str], ...]:
     return (("t", norm_text(value)),)
 
 
-def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
+def number_keys(value: int | float) -> tuple[Key, ...]:
+    """The index key of a JSON number: compared by value (40 == 40.0), never with text."""
+    key = json_number_key(value)
+    return (("n", key),) if key is not None else ()
+
+
+def _add_candidates(text: str, out: set[Key]) -> None:
     """Add every normalised candidate value found in one trusted string to `out`."""
     raw = _scannable(_nfkc(text[:MAX_INDEXED_CHARS]))
     for m in _rx(_IBAN_SPACED).finditer(_ascii_words(raw)):
@@ -562,66 +566,232 @@ def _add_candidates(text: str, out: set[tuple[str, str]]) -> None:
         for j in range(i + 2, min(i + MAX_NGRAM, len(words)) + 1):
             gram = " ".join(words[i:j]).strip(_PUNCT)
             out.add(("t", gram))
-        if "." in word and _is_domain(host := norm_host(word)):
+        if "." in word and word.isascii() and _is_domain(host := norm_host(word)):
             out.add(("h", host))
         if _is_iban(upper := word.upper()):
             _add_iban(upper, out)
-    for m in _rx(_EMAIL).finditer(n):
-        email = m.group(0).strip(_PUNCT)
+        if word[-1].isdigit() and (num := number_key(word)) is not None:
+            out.add(("n", num))
+    if not raw.isascii():
+        # Host names with other letters are read from the text before case folding (which
+        # would turn ß into ss and merge two names IDNA keeps apart).
+        for word in raw.split():
+            if "." in word and not word.isascii():
+                host = norm_host(word.strip(_PUNCT))
+                if _is_domain(host):
+                    out.add(("h", host))
+    found = scan(raw)
+    for email in found["emails"]:
+        out.add(("e", email))
         out.add(("t", email))
-        out.add(("h", norm_host(email)))
-    for m in _rx(_URL).finditer(n):
-        host = norm_host(m.group(0))
-        if host:
-            out.add(("h", host))
+    for url in found["urls"]:
+        out.add(("u", url))
+    for host in found["hosts"]:
+        out.add(("h", host))
+    for phone in found["phones"]:
+        out.add(("p", phone))
 
 
-def _add_iban(found: str, out: set[tuple[str, str]]) -> None:
+def _add_iban(found: str, out: set[Key]) -> None:
     compact = norm_iban(found)
     out.add(("i", compact))
     # A spaced IBAN followed by a 4-character word is matched too long; the valid prefixes
     # (check digits) are the IBAN that was meant.
     for end in range(len(compact) - 1, 14, -1):
-        if _iban_ok(compact[:end]):
+        if iban_checksum_ok(compact[:end]):
             out.add(("i", compact[:end]))
 
 
-def trusted_candidates(values: Iterable[str]) -> frozenset[tuple[str, str]]:
+def candidates(value: Any, out: set[Key]) -> None:
+    """Add the candidate keys of every string and number inside `value` to `out`."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            _add_candidates(v, out)
+        elif isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            out.update(number_keys(v))
+
+
+def trusted_candidates(values: Iterable[str]) -> frozenset[Key]:
     """The candidate keys of several trusted strings (e.g. the context's trusted values)."""
-    out: set[tuple[str, str]] = set()
+    out: set[Key] = set()
     for v in values:
         _add_candidates(v, out)
     return frozenset(out)
 
 
-class ProvenanceIndex:
-    """Normalised candidate values from trusted content, extracted once per recorded step.
+def _has_content(value: Any) -> bool:
+    return value is not None and value != {} and value != [] and value != ""
 
-    Trusted content: the input and output of an `ok` step.message GET whose
-    ``properties.message.role`` is ``user``, and the output of any `ok` step marked
-    ``properties.data.trust == "trusted"``.
+
+def _envelope(output: Any) -> Any:
+    """The output with a JSON text inside a content envelope parsed, so per-field paths
+    reach the tool's own value (a text that is not JSON stays text)."""
+    if not isinstance(output, dict):
+        return output
+    changed: dict[str, Any] | None = None
+    for key in _ENVELOPE_KEYS:
+        inner = output.get(key)
+        if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "["):
+            try:
+                parsed = json.loads(inner)
+            except ValueError:
+                continue
+            if changed is None:
+                changed = dict(output)
+            changed[key] = parsed
+    return output if changed is None else changed
+
+
+def leveled(output: Any, default: Trust, fields: dict[str, Trust]) -> Iterator[tuple[Any, Trust]]:
+    """The parts of `output` with the level each carries: the most specific path of `fields`
+    (relative to the output, or to its content envelope) that reaches a part decides its
+    level (equally specific paths: the lowest), anything no path reaches takes `default`.
+    Walked once; the cost is the size of the output times the number of paths."""
+    if not fields:
+        yield output, default
+        return
+    levels: dict[OutputPath, Trust] = {}
+    for text, level in fields.items():
+        steps = parse_output_path(text)
+        levels[steps] = min(level, levels.get(steps, level))
+    starts = [(steps, 0) for steps in levels]
+    root = _envelope(output)
+    # Each entry: a part, the level it inherits, and the paths still matching on the way down.
+    stack: list[tuple[Any, Trust, list[tuple[OutputPath, int]]]] = [(root, default, starts)]
+    while stack:
+        value, level, states = stack.pop()
+        done = [levels[steps] for steps, pos in states if pos == len(steps)]
+        if done:
+            level = min(done)  # a path ending here is more specific than any above it
+        if isinstance(value, dict):
+            items: Iterable[tuple[str | int, Any]] = value.items()
+        elif isinstance(value, list):
+            items = enumerate(value)
+        else:
+            yield value, level
+            continue
+        at_envelope = value is root and isinstance(value, dict)
+        for key, child in items:
+            nxt = [
+                (steps, pos + 1)
+                for steps, pos in states
+                if pos < len(steps) and _step_matches(steps[pos], key)
+            ]
+            if at_envelope and key in _ENVELOPE_KEYS:
+                nxt += starts  # the tool's own value inside the envelope
+            stack.append((child, level, nxt))
+
+
+def _step_matches(step: Any, key: str | int) -> bool:
+    if step is ALL:
+        return True
+    return step == key and isinstance(step, int) == isinstance(key, int)
+
+
+def field_levels(data: Any) -> dict[str, Trust]:
+    """``properties.data.field_trust`` as levels; entries that are not a string path are
+    ignored, and a path that cannot be parsed counts as none (its part keeps the default)."""
+    raw = data.get("field_trust") if isinstance(data, dict) else None
+    if not isinstance(raw, dict):
+        return {}
+    out: dict[str, Trust] = {}
+    for path, level in raw.items():
+        try:
+            parse_output_path(path)
+        except ValueError:
+            continue
+        out[path] = trust_level(level)
+    return out
+
+
+class ProvenanceIndex:
+    """Normalised candidate values from recorded content, each with the highest trust level
+    it was seen at (and the seq of that step), plus `floor`: the lowest level of all content
+    recorded so far, which is what a model may have read.
+
+    Levels of content (recorded `ok` steps only; task boundaries and approvals are not
+    content):
+
+    - a received message (step.message GET), input and output: ``user`` for
+      ``properties.message.role`` user; any other role at its ``properties.data.trust``
+      (missing: ``external``), an assistant's at most ``internal`` and at most `floor` (it is
+      model output, never user content);
+    - a model call's output (step.model): at most ``internal`` and at most `floor`, or the
+      step's own ``properties.data.trust`` when that is lower;
+    - any other step's output: ``properties.data.trust`` (unknown or missing: ``external``),
+      with ``properties.data.field_trust`` giving parts of it their own level.
+
+    Only content at ``internal`` or above is indexed: nothing lower can make a value pass.
     """
 
-    __slots__ = ("values",)
+    __slots__ = ("floor", "levels")
 
-    KEY = index_key("charter.provenance", MAX_INDEXED_CHARS, MAX_WHOLE, MAX_NGRAM)
+    KEY = index_key("charter.provenance", 2, MAX_INDEXED_CHARS, MAX_WHOLE, MAX_NGRAM)
 
     def __init__(self) -> None:
-        self.values: set[tuple[str, str]] = set()
+        self.levels: dict[Key, tuple[Trust, int]] = {}
+        self.floor = Trust.USER
 
     def add(self, step: Behavior) -> None:
-        if step.outcome is not Outcome.OK:
+        if step.outcome is not Outcome.OK or step.kind in _NOT_CONTENT:
             return
-        sources: list[Any] = []
+        for value, level in self._parts(step):
+            if not _has_content(value):
+                continue
+            if level < self.floor:
+                self.floor = level
+            if level >= MIN_INDEXED:
+                self._index(value, level, step.seq or 0)
+
+    def _parts(self, step: Behavior) -> Iterator[tuple[Any, Trust]]:
         props = step.properties
-        if (
-            step.kind is ActionKind.STEP_MESSAGE
-            and step.verb is Verb.GET
-            and _dict(props.get("message")).get("role") == "user"
-        ):
-            sources += [step.input, step.output]
-        if _dict(props.get("data")).get("trust") == "trusted":
-            sources.append(step.output)
-        for source in sources:
-            for text in iter_strings(source):
-                _add_candidates(text, self.values)
+        data = _dict(props.get("data"))
+        if step.kind is ActionKind.STEP_MESSAGE and step.verb is Verb.GET:
+            role = _dict(props.get("message")).get("role")
+            if role == "user":
+                yield step.input, Trust.USER
+                yield step.output, Trust.USER
+                return
+            if role == "assistant":
+                # An assistant's message is model output, never user content.
+                level = min(trust_level(data.get("trust")), self.floor, Trust.INTERNAL)
+                yield step.input, level
+                yield step.output, level
+                return
+            # Any other message received: its input at the level it was marked with (none:
+            # external), its output like any tool's.
+            yield step.input, trust_level(data.get("trust"))
+        if step.kind is ActionKind.STEP_MODEL:
+            level = min(self.floor, Trust.INTERNAL)
+            if "trust" in data:
+                level = min(level, trust_level(data.get("trust")))
+            yield step.output, level
+            return
+        yield from leveled(step.output, trust_level(data.get("trust")), field_levels(data))
+
+    def _index(self, value: Any, level: Trust, seq: int) -> None:
+        found: set[Key] = set()
+        candidates(value, found)
+        levels = self.levels
+        for key in found:
+            had = levels.get(key)
+            if had is None or had[0] < level:
+                levels[key] = (level, seq)
+
+    def level_of(self, keys: Iterable[Key]) -> tuple[Trust, int] | None:
+        """The highest (level, seq) any of `keys` was seen at; None when never indexed."""
+        best: tuple[Trust, int] | None = None
+        for key in keys:
+            had = self.levels.get(key)
+            if had is not None and (best is None or had[0] > best[0]):
+                best = had
+        return best
+
+
+_NOT_CONTENT = TASK_BOUNDARY_KINDS | {ActionKind.STEP_GATE}

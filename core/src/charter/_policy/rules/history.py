@@ -30,6 +30,9 @@ from charter._model.context import RuleContext
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath, parse_path
 from charter._model.shared import SharedDemand
+from charter._model.trust import Trust, parse_trust
+from charter._policy.extract import KINDS as EXTRACT_KINDS
+from charter._policy.extract import MAX_SCAN, extract
 from charter._policy.regex import compile_re2
 from charter._policy.registry import Violation, rule
 from charter._policy.rules._fields import FIELD_SCHEMA, if_missing_schema
@@ -45,6 +48,7 @@ from charter._policy.rules._indexes import (
     Where,
     index_key,
     micros,
+    number_keys,
     numbers_at,
     provenance_keys,
     step_digest,
@@ -61,6 +65,7 @@ __all__ = [
     "rate_limit",
     "requires_gate",
     "value_provenance",
+    "value_trust",
 ]
 
 Verdict = bool | Violation
@@ -674,21 +679,44 @@ def no_repeat(view: Behavior, p: _NoRepeat, ctx: RuleContext) -> Verdict:
 
 # -- value_provenance --------------------------------------------------------------------------
 
-_MODES = ["auto", "text", "email", "host", "iban"]
+_MODES = ["auto", "text", "email", "host", "iban", "url", "phone"]
+_NEEDS = ["user", "operator", "internal", "trusted"]
+_KIND_KEYS = {"urls": "u", "hosts": "h", "emails": "e", "ibans": "i", "phones": "p"}
+_KIND_NAMES = {
+    "urls": "link",
+    "hosts": "host",
+    "emails": "address",
+    "ibans": "IBAN",
+    "phones": "phone number",
+}
+
+
+class _Field(NamedTuple):
+    path: FieldPath
+    mode: str
+    needs: Trust
+    extract: tuple[str, ...]
 
 
 class _Provenance(NamedTuple):
-    fields: tuple[tuple[FieldPath, str], ...]
+    fields: tuple[_Field, ...]
     comply_if_missing: bool
 
 
 def _prepare_provenance(params: dict[str, Any]) -> _Provenance:
-    fields: list[tuple[FieldPath, str]] = []
+    default = parse_trust(params.get("trust", "internal"), "trust")
+    fields: list[_Field] = []
     for item in params["fields"]:
         if isinstance(item, str):
-            fields.append((parse_path(item), "auto"))
-        else:
-            fields.append((parse_path(item["field"]), item.get("normalise", "auto")))
+            fields.append(_Field(parse_path(item), "auto", default, ()))
+            continue
+        needs = default
+        if "trust" in item:
+            needs = parse_trust(item["trust"], f"fields[{item['field']}].trust")
+        kinds = tuple(dict.fromkeys(item.get("extract", ())))
+        fields.append(
+            _Field(parse_path(item["field"]), item.get("normalise", "auto"), needs, kinds)
+        )
     return _Provenance(tuple(fields), params.get("if_missing", "comply") == "comply")
 
 
@@ -697,29 +725,97 @@ def _context_candidates(values: tuple[str, ...]) -> frozenset[tuple[str, str]]:
     return trusted_candidates(values)
 
 
-def _values(found: list[Any]) -> Iterator[str]:
+def _values(found: list[Any]) -> Iterator[str | int | float]:
     """Strings and numbers at a field, lists and objects searched; booleans are not values."""
     for v in found:
         if isinstance(v, str):
             if v.strip():
                 yield v
         elif isinstance(v, int | float) and not isinstance(v, bool):
-            yield str(v)
+            yield v
         elif isinstance(v, list):
             yield from _values(v)
         elif isinstance(v, dict):
             yield from _values(list(v.values()))
 
 
+def _keys(value: str | int | float, mode: str) -> tuple[tuple[str, str], ...]:
+    if isinstance(value, str):
+        return provenance_keys(value, mode)
+    return number_keys(value)
+
+
+def value_trust(ctx: RuleContext, value: Any, normalise: str = "auto") -> Trust:
+    """The highest trust level `value` (a string or a number) was seen at in the task so far:
+    recorded content as `value_provenance` reads it, and the context's trusted values
+    (``operator``); ``external`` when it was seen in no content at ``internal`` or above.
+    `normalise` is one of value_provenance's modes. Pure: reads the task's index only."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        return Trust.EXTERNAL
+    keys = _keys(value, normalise)
+    index = ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)
+    found = index.level_of(keys)
+    level = found[0] if found is not None else Trust.EXTERNAL
+    trusted_ctx = _context_candidates(ctx.context.trusted_values)
+    if level < Trust.OPERATOR and any(k in trusted_ctx for k in keys):
+        level = Trust.OPERATOR
+    return level
+
+
+class _Lookup:
+    """The task's provenance index and the context's trusted values, fetched on first use."""
+
+    __slots__ = ("ctx", "index", "trusted")
+
+    def __init__(self, ctx: RuleContext) -> None:
+        self.ctx = ctx
+        self.index: ProvenanceIndex | None = None
+        self.trusted: frozenset[tuple[str, str]] = frozenset()
+
+    def check(self, keys: tuple[tuple[str, str], ...], needs: Trust) -> str | None:
+        """None when one of `keys` was seen at `needs` or above, else why not."""
+        if self.index is None:
+            self.index = self.ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)
+            self.trusted = _context_candidates(self.ctx.context.trusted_values)
+        found = self.index.level_of(keys)
+        if found is not None and found[0] >= needs:
+            return None
+        if needs <= Trust.OPERATOR and any(k in self.trusted for k in keys):
+            return None
+        wanted = "trusted content" if needs is Trust.INTERNAL else f"{needs.word} content"
+        base = f"did not appear in {wanted} earlier in the task ({_SOURCES[needs]})"
+        if found is not None:
+            return f"{base}; it came only from {found[0].word} content (seq {found[1]})"
+        return base
+
+
+_SOURCES = {
+    Trust.USER: "the user's messages",
+    Trust.OPERATOR: "the user's messages, trusted values",
+    Trust.INTERNAL: "user messages, trusted values, outputs marked trusted or internal",
+}
+
+
 @rule(
     name="value_provenance",
     description=(
         "Every value at `fields` (e.g. a recipient, an IBAN, a URL's host) must have appeared "
-        "earlier in trusted content: a user message (recorded ok step.message GET with "
-        "properties.message.role user), the context's trusted_values, or the output of an ok "
-        "step marked properties.data.trust trusted. Matching is exact after normalisation "
-        "(NFKC, case-folded; IBANs without spaces; `normalise: host` compares hosts). A value "
-        "seen only in untrusted output, or nowhere, violates."
+        "earlier in the task in content trusted at least as far as `trust` (per field, or for "
+        "all; default internal). Levels, highest first: user (a recorded ok step.message GET "
+        "with properties.message.role user), operator (the context's trusted_values), "
+        "internal (outputs marked properties.data.trust internal or trusted, or parts of an "
+        "output given that level by properties.data.field_trust), external "
+        "(everything else: unmarked, untrusted or unknown). A model call's output counts at "
+        "the lowest level of the content recorded before it, and never above internal. A "
+        "value's level is the highest it was seen at. `extract` checks the values inside a "
+        "text instead of the text: every link (urls), link or address host (hosts), e-mail "
+        "address (emails), IBAN with valid check digits (ibans) and phone number (phones) in "
+        "it must be trusted. Matching is exact after normalisation: text NFKC, whitespace "
+        "collapsed, case-folded; e-mail addresses and hosts also IDNA (UTS 46) with no "
+        "trailing dot, port or userinfo; IBANs without spaces, upper case; phones as + and "
+        "digits (international) or digits (national); numbers by value (40 == 40.0, and a "
+        "number written in trusted text counts), but a string is text, so '40' never "
+        "matches the number 40.0. A value seen only in lower content, or nowhere, violates."
     ),
     params_schema={
         "type": "object",
@@ -728,9 +824,12 @@ def _values(found: list[Any]) -> Iterator[str]:
             "fields": {
                 "type": "array",
                 "minItems": 1,
-                "description": "Paths, or {field, normalise} with normalise one of "
+                "description": "Paths, or {field, normalise, trust, extract} with normalise "
+                "one of "
                 + ", ".join(_MODES)
-                + " (default auto: IBAN-like values as IBANs, 'Name <addr>' as the address).",
+                + " (default auto: IBAN-like values as IBANs, 'Name <addr>' as the address), "
+                "trust the level this field needs, extract the kinds of value to check "
+                "inside its text.",
                 "items": {
                     "type": ["string", "object"],
                     "format": "path",
@@ -738,41 +837,71 @@ def _values(found: list[Any]) -> Iterator[str]:
                     "properties": {
                         "field": FIELD_SCHEMA,
                         "normalise": {"type": "string", "enum": _MODES},
+                        "trust": {"type": "string", "enum": _NEEDS},
+                        "extract": {
+                            "type": "array",
+                            "minItems": 1,
+                            "items": {"type": "string", "enum": list(EXTRACT_KINDS)},
+                        },
                     },
                 },
+            },
+            "trust": {
+                "type": "string",
+                "enum": _NEEDS,
+                "description": "The lowest level a value may come from (default internal).",
             },
             "if_missing": if_missing_schema("comply"),
         },
     },
     example_params={
-        "fields": ["input.to[*]", "input.iban", {"field": "input.url", "normalise": "host"}]
+        "fields": [
+            "input.to[*]",
+            {"field": "input.iban", "trust": "user"},
+            {"field": "input.url", "normalise": "host"},
+            {"field": "input.body", "extract": ["hosts", "emails"]},
+        ]
     },
     prepare=_prepare_provenance,
     _builtin=True,
 )
 def value_provenance(view: Behavior, p: _Provenance, ctx: RuleContext) -> Verdict:
-    seen: frozenset[tuple[str, str]] | set[tuple[str, str]] | None = None
-    trusted_ctx: frozenset[tuple[str, str]] = frozenset()
+    lookup = _Lookup(ctx)
     any_value = False
-    for path, mode in p.fields:
-        for value in _values(path.resolve(view)):
+    for f in p.fields:
+        for value in _values(f.path.resolve(view)):
             any_value = True
-            if seen is None:
-                seen = ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex).values
-                trusted_ctx = _context_candidates(ctx.context.trusted_values)
-            keys = provenance_keys(value, mode)
-            for k in keys:
-                if k in seen or k in trusted_ctx:
-                    break
-            else:
-                shown = keys[0][1] if mode == "host" else value
-                what = "host " if mode == "host" else ""
-                return Violation(
-                    f"{path.text} {what}{shown!r:.80} did not appear in trusted content earlier "
-                    "in the task (user messages, trusted values, outputs marked trusted)"
-                )
+            if f.extract:
+                why = _check_text(value, f, lookup)
+                if why is not None:
+                    return Violation(why)
+                continue
+            keys = _keys(value, f.mode)
+            why = lookup.check(keys, f.needs)
+            if why is not None:
+                shown = keys[0][1] if f.mode == "host" and keys else value
+                what = "host " if f.mode == "host" else ""
+                return Violation(f"{f.path.text} {what}{shown!r:.80} {why}")
     if not any_value and not p.comply_if_missing:
         return Violation(
-            "none of " + ", ".join(path.text for path, _ in p.fields) + " has a value to check"
+            "none of " + ", ".join(f.path.text for f in p.fields) + " has a value to check"
         )
     return True
+
+
+def _check_text(value: str | int | float, f: _Field, lookup: _Lookup) -> str | None:
+    if not isinstance(value, str):
+        return None  # a number holds no link, address or account
+    if len(value) > MAX_SCAN:
+        return (
+            f"{f.path.text} is {len(value)} characters long, more than the {MAX_SCAN} that "
+            "can be searched for links and addresses"
+        )
+    for kind, found in extract(value, f.extract):
+        keys: tuple[tuple[str, str], ...] = ((_KIND_KEYS[kind], found),)
+        if kind == "emails":
+            keys += (("t", found),)
+        why = lookup.check(keys, f.needs)
+        if why is not None:
+            return f"{f.path.text} holds the {_KIND_NAMES[kind]} {found!r:.80}, which {why}"
+    return None
