@@ -88,5 +88,6 @@ def bench(session: nox.Session) -> None:
         "bench/shared_limits.py",
         "bench/otlp_export.py",
         "bench/pg_append.py",
+        "bench/provenance.py",
     ):
         session.run("python", script)

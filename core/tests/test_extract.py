@@ -94,7 +94,11 @@ def test_an_embedded_iban_is_found_spaced_or_not(
     before: str, value: str, spaced: bool, after: str
 ) -> None:
     written = " ".join(value[i : i + 4] for i in range(0, len(value), 4)) if spaced else value
-    assert value in list(ibans(f"{before}{written}{after}"))
+    # A spaced IBAN's last group is 1 to 4 characters, so a short word right after one is
+    # ambiguous (the check digits decide); text puts punctuation there.
+    assert value in list(ibans(f"{before}{written}.{after}"))
+    if not spaced:
+        assert value in list(ibans(f"{before}{written}{after}"))
 
 
 @SETTINGS

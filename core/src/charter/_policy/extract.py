@@ -210,14 +210,19 @@ def emails(text: str) -> Iterator[str]:
 def ibans(text: str) -> Iterator[str]:
     """Every IBAN in `text` (compact or in groups of four) whose check digits are right."""
     for m in _rx(_IBAN).finditer(_ascii_words(_text(text))):
-        found = _valid_iban(norm_iban(m.group(0)))
+        found = _valid_iban(m.group(0))
         if found:
             yield found
 
 
-def _valid_iban(compact: str) -> str | None:
+def _valid_iban(written: str) -> str | None:
+    # An IBAN written in one piece ends there: a short word after it is another word.
+    first = written.split(" ", 1)[0]
+    if len(first) >= 15 and iban_checksum_ok(first.upper()):
+        return first.upper()
     # A spaced IBAN followed by a short word is matched too long: the longest prefix with
     # valid check digits is the IBAN that was meant.
+    compact = norm_iban(written)
     for end in range(len(compact), 14, -1):
         if iban_checksum_ok(compact[:end]):
             return compact[:end]
@@ -243,7 +248,7 @@ def scan(text: str) -> dict[str, list[str]]:
     taken = []
     for m in _rx(_IBAN).finditer(_ascii_words(scanned)):
         taken.append((m.start(), m.end()))
-        iban = _valid_iban(norm_iban(m.group(0)))
+        iban = _valid_iban(m.group(0))
         if iban:
             found_ibans.append(iban)
     found_hosts = [h for h in map(norm_host, found_urls) if h]

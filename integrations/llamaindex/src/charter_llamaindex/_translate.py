@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import charter
 from charter.integration import (
     ROLES,
     Gate,
@@ -74,9 +75,16 @@ def tool_step(
 
 
 def tool_output(output: Any) -> dict[str, Any]:
-    """What a tool returned: its text, and the sources of a retrieval (node ids, scores)."""
+    """What a tool returned: its text, and the sources of a retrieval (node ids, scores).
+
+    A tool that returned a mapping or a list of plain values is recorded as that structure
+    (LlamaIndex's text of it is a Python repr), so per-field trust paths of the templates
+    (``emails[*].sender``) reach its parts."""
     found: dict[str, Any] = {"content": getattr(output, "content", None)}
     raw = getattr(output, "raw_output", None)
+    if isinstance(raw, dict) or (isinstance(raw, list) and all(_plain(v) for v in raw)):
+        found["content"] = charter.capture(raw)
+        return found
     nodes = getattr(raw, "source_nodes", None)
     if nodes is None and isinstance(raw, list):
         nodes = raw
@@ -94,6 +102,10 @@ def tool_output(output: Any) -> dict[str, Any]:
     if sources:
         found["sources"] = sources
     return found
+
+
+def _plain(value: Any) -> bool:
+    return value is None or isinstance(value, str | int | float | bool | dict | list)
 
 
 def _role(message: Any) -> str:
