@@ -71,7 +71,7 @@ MAIL_TRUST = {
     "field_trust": {"emails[*].sender": "internal", "emails[*].to": "internal"},
 }
 CHAT_TRUST = {"trust": "untrusted", "field_trust": {"messages[*].user": "internal"}}
-WORDS = "the quarterly report is attached please review it before friday thanks".split()
+WORDS = ["the", "quarterly", "report", "is", "attached", "please", "review", "it", "before"]
 
 
 def _text(n: int, i: int) -> str:
@@ -251,8 +251,9 @@ def evaluate_table(depths: tuple[int, ...] = DEPTHS) -> list[tuple[int, float, f
     return out
 
 
-def _record_cost(policies: list[dict[str, Any]], kind: str, verb: str | None,
-                 props: dict[str, Any], output: Any) -> float:
+def _record_cost(
+    policies: list[dict[str, Any]], kind: str, verb: str | None, props: dict[str, Any], output: Any
+) -> float:
     task = "rec"
     engine = _engine(policies, 10, task)
     ctx = EvalContext(agent_id=AGENT, task_id=task)
