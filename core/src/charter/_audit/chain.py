@@ -3,29 +3,20 @@
 A record's `hash` is the lowercase hex SHA-256 of the RFC 8785 (JCS) canonical JSON of the
 whole record except the `hash` key itself, so `seq` and `prev_hash` are covered and the
 records of one (agent_id, task_id) form a chain anyone can re-check with any JCS library.
-
-The `rfc8785` package is the reference. It is pure Python and costs 150-200 us per 1 KB
-record on a slow CPU, which alone would cap a store at about 5,000 records/s, so values for
-which the standard library's C JSON encoder provably emits the same bytes take that path:
-every object key free of UTF-16 surrogate-range characters (then code-point order equals RFC
-8785's UTF-16 order), integers within 2**53-1, and floats whose shortest repr has neither an
-exponent nor a trailing ".0" (exactly the digits rfc8785 itself derives from `str(float)`).
-String escaping is identical in both (the package copied the stdlib's escape table), and a
-property test compares the two. Anything else goes through `rfc8785`.
+The encoding itself is `charter._model.ijson.canonical_json` (one for records, approval
+digests and everything else that is hashed).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import rfc8785
-
 from charter._model.behavior import CLOSING_KINDS
-from charter._model.ijson import MAX_SAFE_INT
+from charter._model.ijson import MAX_SAFE_INT, canonical_json
 
 __all__ = [
     "CHAIN_FIELDS",
@@ -46,103 +37,12 @@ __all__ = [
 CHAIN_FIELDS = ("seq", "prev_hash", "hash")
 
 
-def _make_encoder() -> Callable[[Any], str]:
-    """The stdlib encoder with RFC 8785's separators, sorted keys and no NaN.
-
-    The C encoder object is built once and reused (json.JSONEncoder.encode rebuilds it on
-    every call, which costs as much as encoding a small record). No circular-reference
-    markers are needed: values reach it only after `_safe_values` has walked them.
-    """
-    fallback = json.JSONEncoder(
-        ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-    ).encode
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
-        return fallback
-    try:
-        encode = make(
-            None, None, json.encoder.encode_basestring, None, ":", ",", True, False, False
-        )
-
-        def fast(value: Any) -> str:
-            return "".join(encode(value, 0))
-
-        if fast({"b": [1.5, "\n"], "a": None}) != '{"a":null,"b":[1.5,"\\n"]}':
-            return fallback
-    except Exception:
-        return fallback
-    return fast
-
-
-_encode = _make_encoder()
-_encode_str: Callable[[str], str] = json.encoder.encode_basestring
-
-
 @dataclass(frozen=True, slots=True)
 class ChainHead:
     """The committed end of one chain: its last seq (0 when empty) and that record's hash."""
 
     seq: int = 0
     hash: str | None = None
-
-
-def _safe_values(values: Iterable[Any]) -> bool:
-    """True when the stdlib encoder writes every value exactly as RFC 8785 does.
-
-    That needs plain JSON types only (exact types: subclasses take the rfc8785 path), keys
-    free of characters from U+D800 up (below that, code-point order is UTF-16 order),
-    integers within 2**53-1, and finite floats whose repr has no exponent and no trailing
-    ".0". One loop per container with leaves checked inline: this runs for every record
-    written or verified, and per-value calls would double its cost.
-    """
-    for value in values:
-        kind = type(value)
-        if kind is str:
-            continue
-        if kind is dict:
-            try:
-                keys = "".join(value)
-            except TypeError:
-                return False
-            if not (keys.isascii() or max(keys) < "\ud800") or not _safe_values(value.values()):
-                return False
-        elif kind is float:
-            text = repr(value)
-            # "n" catches nan and inf.
-            if "e" in text or "n" in text or text.endswith(".0"):
-                return False
-        elif kind is int:
-            if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
-                return False
-        elif kind is list:
-            if not _safe_values(value):
-                return False
-        elif value is not None and kind is not bool:
-            return False
-    return True
-
-
-def _stdlib_json(value: Any) -> str:
-    """The stdlib encoding of a value `_safe_values` accepted: exactly RFC 8785's."""
-    return _encode_str(value) if type(value) is str else _encode(value)
-
-
-def canonical_json(value: Any) -> bytes:
-    """The RFC 8785 canonical JSON of an I-JSON value, as UTF-8 bytes.
-
-    Raises ValueError when `value` is not I-JSON (non-str keys, NaN/infinite floats, integers
-    beyond 2**53-1, lone surrogates, unsupported types, objects nested too deeply).
-    """
-    try:
-        if _safe_values((value,)):
-            return _stdlib_json(value).encode("utf-8")
-        return rfc8785.dumps(value)
-    except RecursionError:
-        raise ValueError("value is nested too deeply (or contains itself)") from None
-    except UnicodeEncodeError:
-        raise ValueError("value contains a string that is not valid Unicode text") from None
-    except rfc8785.CanonicalizationError as exc:
-        raise ValueError(f"value is not I-JSON: {exc}") from None
 
 
 def _number(text: str) -> int | float:

@@ -1,8 +1,19 @@
-"""The I-JSON payload rule (RFC 7493) and canonical digests.
+"""The I-JSON payload rule (RFC 7493), RFC 8785 canonical JSON and canonical digests.
 
 Payloads are hashed, exported and replayed; a value that would change in a JSON round trip
 (NaN, a 2**60 integer, a tuple, bytes) could not be audited faithfully, so it is refused at the
 boundary with the path that holds it.
+
+Everything Charter hashes (audit records, approval digests, redaction digests, policy pins) is
+RFC 8785 (JCS), so any JCS library re-computes it. The `rfc8785` package is the reference. It
+is pure Python and costs 150-200 us per 1 KB record on a slow CPU, which alone would cap a
+store at about 5,000 records/s, so values for which the standard library's C JSON encoder
+provably emits the same bytes take that path: every object key free of UTF-16 surrogate-range
+characters (then code-point order equals RFC 8785's UTF-16 order), integers within 2**53-1,
+and floats whose shortest repr has neither an exponent nor a trailing ".0" (exactly the digits
+rfc8785 itself derives from `str(float)`). String escaping is identical in both (the package
+copied the stdlib's escape table), and a property test compares the two. Anything else goes
+through `rfc8785`.
 """
 
 from __future__ import annotations
@@ -10,9 +21,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["MAX_SAFE_INT", "canonical_digest", "checked_copy"]
+import rfc8785
+
+__all__ = ["MAX_SAFE_INT", "canonical_digest", "canonical_json", "checked_copy"]
 
 MAX_SAFE_INT = 2**53 - 1
 
@@ -60,12 +74,154 @@ def _float_name(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
-def canonical_digest(value: Any) -> str:
-    """SHA-256 hex digest of an I-JSON value's canonical form (sorted keys, no spaces).
+def _make_encoder() -> Callable[[Any], str]:
+    """The stdlib encoder with RFC 8785's separators, sorted keys and no NaN.
 
-    Used to bind approvals and loop detection to "the same input"; two values digest equal
-    exactly when they are equal as JSON. A lone surrogate (no UTF-8 for it) is hashed as its
-    surrogate code unit, so such a value digests too, distinctly.
+    The C encoder object is built once and reused (json.JSONEncoder.encode rebuilds it on
+    every call, which costs as much as encoding a small record). No circular-reference
+    markers are needed: values reach it only after `_safe_values` has walked them.
     """
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    fallback = json.JSONEncoder(
+        ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+    ).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:
+        return fallback
+    try:
+        encode = make(
+            None, None, json.encoder.encode_basestring, None, ":", ",", True, False, False
+        )
+
+        def fast(value: Any) -> str:
+            return "".join(encode(value, 0))
+
+        if fast({"b": [1.5, "\n"], "a": None}) != '{"a":null,"b":[1.5,"\\n"]}':
+            return fallback
+    except Exception:
+        return fallback
+    return fast
+
+
+_encode = _make_encoder()
+_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _safe_values(values: Iterable[Any]) -> bool:
+    """True when the stdlib encoder writes every value exactly as RFC 8785 does.
+
+    That needs plain JSON types only (exact types: subclasses take the rfc8785 path), keys
+    free of characters from U+D800 up (below that, code-point order is UTF-16 order),
+    integers within 2**53-1, and finite floats whose repr has no exponent and no trailing
+    ".0". One loop per container with leaves checked inline: this runs for every record
+    written or verified, and per-value calls would double its cost.
+    """
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            continue
+        if kind is dict:
+            try:
+                keys = "".join(value)
+            except TypeError:
+                return False
+            if not (keys.isascii() or max(keys) < "\ud800") or not _safe_values(value.values()):
+                return False
+        elif kind is float:
+            text = repr(value)
+            # "n" catches nan and inf.
+            if "e" in text or "n" in text or text.endswith(".0"):
+                return False
+        elif kind is int:
+            if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+                return False
+        elif kind is list:
+            if not _safe_values(value):
+                return False
+        elif value is not None and kind is not bool:
+            return False
+    return True
+
+
+def _stdlib_json(value: Any) -> str:
+    """The stdlib encoding of a value `_safe_values` accepted: exactly RFC 8785's."""
+    return _encode_str(value) if type(value) is str else _encode(value)
+
+
+def canonical_json(value: Any) -> bytes:
+    """The RFC 8785 canonical JSON of an I-JSON value, as UTF-8 bytes.
+
+    Raises ValueError when `value` is not I-JSON (non-str keys, NaN/infinite floats, integers
+    beyond 2**53-1, lone surrogates, unsupported types, objects nested too deeply).
+    """
+    try:
+        if _safe_values((value,)):
+            return _stdlib_json(value).encode("utf-8")
+        return rfc8785.dumps(value)
+    except RecursionError:
+        raise ValueError("value is nested too deeply (or contains itself)") from None
+    except UnicodeEncodeError:
+        raise ValueError("value contains a string that is not valid Unicode text") from None
+    except rfc8785.CanonicalizationError as exc:
+        raise ValueError(f"value is not I-JSON: {exc}") from None
+
+
+
+def canonical_digest(value: Any) -> str:
+    """Lowercase hex SHA-256 of `value`'s RFC 8785 canonical JSON (`canonical_json`).
+
+    Binds approvals and loop detection to "the same input": two values digest equal exactly
+    when they are equal as JSON (``{"amount": 40.0}`` digests as ``{"amount": 40}``), and a
+    client in any language computes the same digest with a JCS library. A value JCS cannot
+    encode still digests, distinctly, so it can be compared: a lone surrogate is hashed as its
+    surrogate code unit, an integer beyond 2**53-1 as its decimal digits, NaN and infinities as
+    the tokens ``NaN`` / ``Infinity`` / ``-Infinity``. Raises TypeError for a type JSON has no
+    form for.
+    """
+    try:
+        try:
+            if _safe_values((value,)):
+                text = _stdlib_json(value)
+                return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+            return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+        except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError):
+            pass
+        text = "".join(_lenient(value, []))
+    except RecursionError:
+        raise ValueError("value is nested too deeply (or contains itself)") from None
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def _lenient(value: Any, out: list[str]) -> list[str]:
+    """RFC 8785's layout for values it refuses (see `canonical_digest`), as text pieces."""
+    if value is None or value is True or value is False:
+        out.append("null" if value is None else "true" if value else "false")
+    elif isinstance(value, str):
+        out.append(_encode_str(value))
+    elif isinstance(value, int):
+        out.append(str(int(value)))
+    elif isinstance(value, float):
+        if math.isfinite(value):
+            out.append(rfc8785.dumps(float(value)).decode("ascii"))
+        else:
+            out.append(_float_name(value))
+    elif isinstance(value, list | tuple):
+        out.append("[")
+        for index, item in enumerate(value):
+            if index:
+                out.append(",")
+            _lenient(item, out)
+        out.append("]")
+    elif isinstance(value, dict):
+        if not all(isinstance(key, str) for key in value):
+            raise TypeError("object keys must be strings to be digested")
+        items = sorted(value.items(), key=lambda kv: kv[0].encode("utf-16be", "surrogatepass"))
+        out.append("{")
+        for index, (key, item) in enumerate(items):
+            out.append("," if index else "")
+            out.append(_encode_str(key))
+            out.append(":")
+            _lenient(item, out)
+        out.append("}")
+    else:
+        raise TypeError(f"{type(value).__name__} has no JSON form to digest")
+    return out
