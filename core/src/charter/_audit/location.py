@@ -78,8 +78,13 @@ def parse_location(location: str | os.PathLike[str]) -> tuple[StoreKind, str]:
     raise _refuse(text, "is not a known store")
 
 
-def open_store(location: str | os.PathLike[str]) -> AuditStore:
+def open_store(location: str | os.PathLike[str], *, durability: str = "sync") -> AuditStore:
     """Open (creating file and parent directories if needed) the store at `location`.
+
+    `durability` is the writer's mode: ``sync`` commits survive power loss (SQLite
+    synchronous=FULL); ``buffered`` already accepts losing queued records with the process, so
+    its commits survive a crash of the process but may lose the last ones on power loss
+    (synchronous=NORMAL in WAL mode; the file is never corrupted either way).
 
     Raises StoreError for an unknown form, a directory, a path that cannot be created, or
     a file that is not a Charter store.
@@ -91,7 +96,7 @@ def open_store(location: str | os.PathLike[str]) -> AuditStore:
         return JsonlStore(path)
     if kind == "postgresql":
         return _postgres(path, create=True)
-    return SQLiteStore(path)
+    return SQLiteStore(path, synchronous="normal" if durability == "buffered" else "full")
 
 
 def open_existing_store(location: str | os.PathLike[str]) -> AuditStore:

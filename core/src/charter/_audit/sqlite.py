@@ -3,7 +3,9 @@
 Every append is one `BEGIN IMMEDIATE` transaction: it takes SQLite's single write lock,
 reads the chain heads from `chains`, inserts the records into `steps`, advances the heads
 and commits, so seq assignment can never race another writer and a head only moves when
-its records are durable (synchronous=FULL: a commit survives power loss).
+its records are durable (synchronous=FULL by default: a commit survives power loss;
+synchronous="normal" for buffered writers: a commit survives a crash of the process, and in WAL
+mode the file stays intact on power loss, which may only lose the last commits).
 
 Schema (PRAGMA application_id 0x43485452 "CHTR", PRAGMA user_version 1):
 
@@ -102,7 +104,12 @@ class SQLiteStore:
     object may be shared by threads; an internal lock serialises its calls.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = True, synchronous: str = "full"
+    ) -> None:
+        if synchronous not in ("full", "normal"):
+            raise ValueError(f"synchronous must be 'full' or 'normal', not {synchronous!r}")
+        self.synchronous = synchronous
         raw = os.fspath(path)
         self._memory = raw == ":memory:"
         self._path = raw if self._memory else os.path.abspath(raw)
@@ -170,7 +177,7 @@ class SQLiteStore:
             )
         if not self._memory:
             conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = FULL")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous.upper()}")
 
     def _is_charter(self, conn: sqlite3.Connection) -> bool:
         # One statement is one read snapshot: read separately, another process creating the

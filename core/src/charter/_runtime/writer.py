@@ -124,7 +124,11 @@ class AuditWriter:
         self._queue: deque[tuple[int, dict[str, Any], bool]] = deque()
         self._low = 0  # queued records of lower value (the ones a full queue may evict)
         self._gaps: dict[tuple[str, str], list[list[Any]]] = {}
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        # A lingering writer waits on this one (same lock): a caller waiting for its records
+        # wakes it at once, while submit's per-record notify of `_cond` does not.
+        self._hurry = threading.Condition(lock)
         self._ticket = 0
         self._done = 0
         self._in_flight = 0
@@ -156,7 +160,7 @@ class AuditWriter:
     def _open(self) -> AuditStore:
         with self._store_lock:
             if self._store is None:
-                self._store = open_store(self.location)
+                self._store = open_store(self.location, durability=self.durability)
                 self._store_error = None
             return self._store
 
@@ -228,6 +232,8 @@ class AuditWriter:
                 self.queued += 1
             if ticket:
                 self._cond.notify()
+                if len(self._queue) >= BATCH_MAX:
+                    self._hurry.notify()
         if dropped:
             why = "the runner is closed" if self._closed else f"the queue is full ({self._size})"
             report_internal_error(
@@ -351,13 +357,18 @@ class AuditWriter:
                     self._cond.wait()
                 if not self._queue:
                     return
-                linger = len(self._queue) < BATCH_MAX and not self._stopping and not self._waiters
-            if linger:
                 # Let a batch gather: woken per record, the writer would commit one record per
-                # transaction and take the GIL from the agent once per step.
-                time.sleep(_LINGER)
-            with self._cond:
+                # transaction and take the GIL from the agent once per step. Anyone waiting for
+                # records (a task end, flush, close) or a full batch ends the linger at once.
+                deadline = time.monotonic() + _LINGER
+                while len(self._queue) < BATCH_MAX and not self._stopping and not self._waiters:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._hurry.wait(left)
                 count = min(len(self._queue), BATCH_MAX)
+                if not count:  # close() dropped what was queued while the writer lingered
+                    continue
                 batch = [self._queue.popleft() for _ in range(count)]
                 self._low -= sum(not high for _, _, high in batch)
                 self._in_flight = count
@@ -436,6 +447,7 @@ class AuditWriter:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._waiters += 1  # the writer stops lingering while someone waits
+            self._hurry.notify()
             try:
                 while self._done < ticket:
                     if not self._thread.is_alive():
@@ -470,6 +482,7 @@ class AuditWriter:
         with self._cond:
             self._closed = True
             self._stopping = True
+            self._hurry.notify()
             if not flushed:
                 for _, record, _ in self._queue:
                     self._drop(record, "closed")

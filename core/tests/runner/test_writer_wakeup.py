@@ -1,0 +1,58 @@
+"""The buffered writer: a waiting caller ends its linger at once; commits match the durability."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from charter import Governor, open_store
+from charter._audit.sqlite import SQLiteStore
+from charter._runtime import writer
+from charter.testing import recorded
+
+# SQLite's PRAGMA synchronous values.
+_NORMAL, _FULL = 1, 2
+
+
+def _pragma(store: object) -> int:
+    assert isinstance(store, SQLiteStore)
+    conn = store._conn
+    assert isinstance(conn, sqlite3.Connection)
+    return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+
+
+@pytest.mark.parametrize(("durability", "expected"), [("buffered", _NORMAL), ("sync", _FULL)])
+def test_commits_are_full_for_sync_and_normal_for_buffered(
+    tmp_path: Path, durability: str, expected: int
+) -> None:
+    gov = Governor(
+        policies=[], audit_location=f"sqlite:///{tmp_path / 'a.db'}", audit_durability=durability
+    )
+    with gov.task("t"), gov.step("step.exec", name="ls", input={"command": "ls"}) as step:
+        step.output = {"ok": True}
+    assert _pragma(gov.runner.store) == expected
+    assert [r["kind"] for r in recorded(gov)] == ["task.start", "step.exec", "task.end"]
+    gov.close()
+
+
+def test_a_store_opened_by_hand_commits_with_full_durability(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "b.db")
+    assert _pragma(store) == _FULL
+    store.close()
+    with pytest.raises(ValueError, match="'full' or 'normal'"):
+        SQLiteStore(tmp_path / "c.db", synchronous="off")
+
+
+def test_a_task_end_does_not_wait_for_the_linger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a linger far beyond the wait's timeout, only a wake-up lets the wait succeed.
+    monkeypatch.setattr(writer, "_LINGER", 3600.0)
+    gov = Governor(policies=[], audit_location=f"sqlite:///{tmp_path / 'd.db'}")
+    for n in range(3):
+        with gov.task(f"t{n}"), gov.step("step.exec", name="ls", input={"n": n}) as step:
+            step.output = {"ok": True}
+        assert gov.flush(30), "flush waited for the writer's linger"
+    assert len(recorded(gov)) == 9
+    gov.close()
