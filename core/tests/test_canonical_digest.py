@@ -93,9 +93,10 @@ def test_values_jcs_refuses_still_digest_distinctly(value: Any) -> None:
 
 
 def test_lone_surrogates_digest_as_their_code_units() -> None:
-    assert canonical_digest({"s": "a\ud800"}) == hashlib.sha256(
-        '{"s":"a\ud800"}'.encode("utf-8", "surrogatepass")
-    ).hexdigest()
+    assert (
+        canonical_digest({"s": "a\ud800"})
+        == hashlib.sha256('{"s":"a\ud800"}'.encode("utf-8", "surrogatepass")).hexdigest()
+    )
     assert canonical_digest("\ud800") != canonical_digest("\ud801")
 
 

@@ -165,7 +165,6 @@ def canonical_json(value: Any) -> bytes:
         raise ValueError(f"value is not I-JSON: {exc}") from None
 
 
-
 def canonical_digest(value: Any) -> str:
     """Lowercase hex SHA-256 of `value`'s RFC 8785 canonical JSON (`canonical_json`).
 
