@@ -175,3 +175,17 @@ def test_closing_records() -> None:
     assert is_closing({"kind": "step.exec", "meta": {"charter.chain": {"final": True}}})
     assert not is_closing({"kind": "step.exec", "meta": {"charter.chain": {"final": False}}})
     assert not is_closing({"kind": "task.start", "meta": None})
+
+
+def test_nesting_past_orjsons_limit_still_equals_rfc8785() -> None:
+    deep: Any = {"leaf": 1.5}
+    for _ in range(300):
+        deep = {"k": [deep]}
+    assert canonical_json(deep) == rfc8785.dumps(deep)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), json_values, max_size=8))
+def test_records_canonicalise_like_rfc8785_key_by_key(value: dict[str, Any]) -> None:
+    # Every top-level split a record is sealed in joins back into rfc8785's bytes.
+    assert canonical_bytes(value) == rfc8785.dumps({k: v for k, v in value.items() if k != "hash"})
