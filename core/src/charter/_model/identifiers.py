@@ -8,12 +8,16 @@ deterministically.
 from __future__ import annotations
 
 import hashlib
+import itertools
+import os
 import string
+import threading
 import unicodedata
 
 __all__ = [
     "check_identifier",
     "check_step_name",
+    "new_id",
     "step_name_from",
     "task_id_from",
 ]
@@ -98,3 +102,44 @@ def step_name_from(value: object) -> str:
     text = unicodedata.normalize("NFC", text.encode("utf-8", "replace").decode("utf-8"))
     text = " ".join(text.translate(_CONTROL_TO_SPACE).split())
     return text[:255] or "unnamed"
+
+
+class _IdSource:
+    """Fresh ids without a system call per id (uuid4 asks the kernel for 16 random bytes).
+
+    An id is 32 lowercase hex digits, like ``uuid4().hex``: 12 of a keyed BLAKE2b of a
+    per-process counter, 8 of that counter and 12 of a per-process random suffix. The digest
+    comes first so that ids differ from their first digit (`charter show` and `--task` take
+    a short prefix, as for uuid4 ids). Suffix and key come
+    from `os.urandom` when the process starts (again in a forked child, and when the counter
+    runs out after 2**32 ids), so ids are unique within a process by the counter and across
+    processes unless two draw the same 48-bit suffix and their keyed digests also agree
+    (about 2**-48 for any two ids of two processes). The digest makes the next id unguessable
+    from the ones seen without the key; ids are not secrets and grant nothing.
+    """
+
+    __slots__ = ("_count", "_key", "_lock", "_suffix")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reseed()
+        os.register_at_fork(after_in_child=self._reseed)
+
+    def _reseed(self) -> None:
+        self._lock = threading.Lock()  # a fork may have copied it held
+        self._key = os.urandom(16)
+        self._suffix = os.urandom(6).hex()
+        self._count = itertools.count(1)
+
+    def __call__(self) -> str:
+        n = next(self._count)
+        if n > 0xFFFFFFFF:
+            with self._lock:
+                self._reseed()
+            n = next(self._count)
+        head = hashlib.blake2b(n.to_bytes(4, "big"), key=self._key, digest_size=6).hexdigest()
+        return f"{head}{n:08x}{self._suffix}"
+
+
+#: A fresh task or action id: 32 lowercase hex digits, unique and unpredictable (see _IdSource).
+new_id = _IdSource()

@@ -7,14 +7,13 @@ boundary with the path that holds it.
 Everything Charter hashes (audit records, approval digests, redaction digests, policy pins) is
 RFC 8785 (JCS), so any JCS library re-computes it. The `rfc8785` package is the reference. It
 is pure Python and costs 150-200 us per 1 KB record on a slow CPU, which alone would cap a
-store at about 5,000 records/s, so values for which the standard library's C JSON encoder
-provably emits the same bytes take that path (orjson, and the standard library's C encoder
-where orjson refuses, e.g. beyond its 255 levels of nesting): every object key free of UTF-16 surrogate-range
-characters (then code-point order equals RFC 8785's UTF-16 order), integers within 2**53-1,
-and floats whose shortest repr has neither an exponent nor a trailing ".0" (exactly the digits
-rfc8785 itself derives from `str(float)`). String escaping is identical in both (the package
-copied the stdlib's escape table), and a property test compares the two. Anything else goes
-through `rfc8785`.
+store at about 5,000 records/s, so values for which faster encoders provably emit the same
+bytes take their path (orjson, and the standard library's C encoder where orjson refuses, e.g.
+beyond its 255 levels of nesting): every object key free of UTF-16 surrogate-range characters
+(then code-point order equals RFC 8785's UTF-16 order), integers within 2**53-1, and floats
+whose shortest repr has neither an exponent nor a trailing ".0" (exactly the digits rfc8785
+itself derives from `str(float)`). String escaping is identical in all three, and property
+tests compare them. Anything else goes through `rfc8785`.
 """
 
 from __future__ import annotations

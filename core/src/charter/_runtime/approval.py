@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import sys
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,6 +15,7 @@ from typing import Any, Protocol, TextIO, runtime_checkable
 
 from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import ActionKind, Behavior
+from charter._model.identifiers import new_id
 from charter._model.ijson import canonical_digest
 
 __all__ = [
@@ -177,7 +177,7 @@ def gate_record(
         task_id=step.task_id,
         kind=ActionKind.STEP_GATE,
         step_name="approval",
-        action_id=uuid.uuid4().hex,
+        action_id=new_id(),
         output={
             "decision": "pass" if approval.approved else "deny",
             "by": str(approval.by),

@@ -17,7 +17,6 @@ import logging
 import os
 import sys
 import threading
-import uuid
 import warnings
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from charter._engine.engine import Decision, EvalResult
 from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
 from charter._model.capture import capture, capture_noted
 from charter._model.errors import BlockedError, PolicyWarning
-from charter._model.identifiers import step_name_from, task_id_from
+from charter._model.identifiers import new_id, step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
 from charter._policy.policy import Severity
 from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
@@ -398,7 +397,7 @@ class Governor:
     ) -> _TaskScope:
         """A task as a context manager (``with`` or ``async with``), yielding a TaskHandle.
 
-        Enter records task.start (with a new uuid4-hex task id when `task_id` is None; any
+        Enter records task.start (with a new 32-hex-digit task id when `task_id` is None; any
         other id is mapped with `task_id_from`) and makes it the current task; a normal exit
         records task.end, an exception records task.error with its type and message and is
         re-raised unchanged. Open steps are recorded as abandoned before the end.
@@ -414,7 +413,7 @@ class Governor:
     def _start_behavior(
         self, task_id: str | None, name: str, input: Any, properties: Any
     ) -> Behavior:
-        tid = task_id_from(task_id) if task_id is not None else uuid.uuid4().hex
+        tid = task_id_from(task_id) if task_id is not None else new_id()
         return Behavior(
             agent_id=self.runner.agent_id,
             task_id=tid,
@@ -545,7 +544,7 @@ class Governor:
             "kind": kind,
             "verb": verb,
             "step_name": step_name_from(name),
-            "action_id": uuid.uuid4().hex,
+            "action_id": new_id(),
         }
         if (input is None or type(input) is dict) and (
             properties is None or type(properties) is dict

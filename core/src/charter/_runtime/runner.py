@@ -29,7 +29,6 @@ import logging
 import operator
 import threading
 import time
-import uuid
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -54,6 +53,7 @@ from charter._model.behavior import (
 )
 from charter._model.context import EvalContext
 from charter._model.errors import AgentBindingError, AuditError
+from charter._model.identifiers import new_id
 from charter._runtime.internal import internal_error_count, report_internal_error
 from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
@@ -70,8 +70,7 @@ _live_lock = threading.Lock()
 _atexit_registered = False
 
 
-def _new_id() -> str:
-    return uuid.uuid4().hex
+_new_id = new_id
 
 
 class Runner:
