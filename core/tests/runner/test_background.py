@@ -61,17 +61,20 @@ def test_a_full_queue_drops_and_counts_without_blocking(
     store = flaky_store(failing=False, delay=0.2)
     runner = make_runner(store=store, queue_size=1)
     gov = Governor(runner)
-    started = time.monotonic()
     with gov.task("t1"):
         for i in range(20):
             gov.begin_step("step.exec", name="bash", input={"i": i}).complete()
-        elapsed = time.monotonic() - started
-    assert elapsed < 1.5  # never waited for the slow store (the end waits for its own record)
+        # Each append takes 0.2 s: a step that waited for its record would leave one append
+        # per step behind it; steps that never wait are done long before the store is.
+        appends_while_running = store.calls
+    assert appends_while_running < 20
     runner.flush(10)
     queue = runner.status()["queue"]
     assert queue["dropped"] > 0
-    # An evicted record was queued, then dropped for the task's end: counted in both.
-    assert queue["queued"] + queue["dropped"] - queue["evicted"] == 22
+    # task.start, 20 steps and task.end were offered. A record evicted from the queue to make
+    # room for a higher-value one (task.end) was queued first and then dropped: it is counted
+    # in both, and in `evicted`.
+    assert queue["queued"] - queue["evicted"] + queue["dropped"] == 22
     assert queue["delivered"] == queue["queued"] - queue["evicted"]
 
 
