@@ -11,6 +11,13 @@ intent (sync durability: an allowed step's intent, stored before the step ran) f
 step's outcome, which follows it with the same action_id. ``OtlpExporter`` sends every
 governed step as OpenTelemetry spans in the GenAI conventions (the ``otlp`` extra); pass it to
 ``Governor(exporters=...)`` or set ``otlp_endpoint``.
+
+Signed checkpoints: ``create_key_pair(path)`` writes an Ed25519 key (mode 0600) and its
+public key beside it; a runner with ``signing_key=`` signs chain heads into ``Checkpoint``s
+kept in the store and sent to every ``CheckpointExporter`` (``JsonlCheckpointFile`` is one);
+``verify(location, keys=[public key file], checkpoints=[checkpoint file])`` then also checks
+the chains against every checkpoint whose signature verifies. ``KeyFileError`` names a key
+file that cannot be used or trusted.
 """
 
 from __future__ import annotations
@@ -24,20 +31,29 @@ from charter._audit.base import (
     is_intent_record,
 )
 from charter._audit.chain import ChainHead, canonical_json, entry_hash
+from charter._audit.checkpoint import Checkpoint, CheckpointExporter, JsonlCheckpointFile
 from charter._audit.location import open_store, verify
 from charter._runtime.otlp import OtlpExporter
+from charter._audit.signing import KeyFileError, PublicKey, create_key_pair, load_public_key
 
 __all__ = [
     "AuditStore",
     "ChainBreak",
     "ChainHead",
+    "Checkpoint",
+    "CheckpointExporter",
     "Gap",
     "OtlpExporter",
+    "JsonlCheckpointFile",
+    "KeyFileError",
+    "PublicKey",
     "StoreError",
     "VerifyReport",
     "canonical_json",
+    "create_key_pair",
     "entry_hash",
     "is_intent_record",
+    "load_public_key",
     "open_store",
     "verify",
 ]

@@ -209,6 +209,14 @@ class FlakyStore:
     def verify(self, task_id: str | None = None) -> VerifyReport:
         return self.inner.verify(task_id)
 
+    def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
+        if self.failing:
+            raise StoreError("flaky store is down")
+        self.inner.add_checkpoints(checkpoints)
+
+    def read_checkpoints(self) -> list[object]:
+        return self.inner.read_checkpoints()
+
     def health(self) -> dict[str, Any]:
         return {"ok": not self.failing, "location": self.location, "detail": "fake"}
 

@@ -40,8 +40,13 @@ class StoreError(CharterError):
     """An audit store refused or failed an operation; nothing was written by the failing call."""
 
 
-BreakReason = Literal["edited", "deleted", "inserted", "reordered", "truncated", "malformed"]
+BreakReason = Literal[
+    "edited", "deleted", "inserted", "reordered", "truncated", "malformed", "forged", "unsigned"
+]
 
+#: ``forged`` and ``unsigned`` come only from checking signed checkpoints (verify with a
+#: key): a checkpoint whose signature does not verify, is by another key or cannot be read,
+#: and a checkpoint without a signature, or a store with records that no checkpoint vouches for.
 BREAK_REASONS: tuple[BreakReason, ...] = (
     "edited",
     "deleted",
@@ -49,6 +54,8 @@ BREAK_REASONS: tuple[BreakReason, ...] = (
     "reordered",
     "truncated",
     "malformed",
+    "forged",
+    "unsigned",
 )
 
 
@@ -164,6 +171,8 @@ class VerifyReport:
     not make the trail untrustworthy, such as a torn last line left by a crash mid-write.
     `gaps` lists the declared holes: records dropped before they were stored, with the cause
     (see `Gap`); they do not make a chain untrustworthy, but the trail is incomplete there.
+    `checkpoints` counts the signed checkpoints whose signature verified and against which
+    the chains were checked (0 when verified without a key); `key_ids` names the keys given.
     """
 
     ok: bool
@@ -172,6 +181,8 @@ class VerifyReport:
     breaks: list[ChainBreak] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     gaps: list[Gap] = field(default_factory=list)
+    checkpoints: int = 0
+    key_ids: tuple[str, ...] = ()
 
     @property
     def dropped(self) -> int:
@@ -188,6 +199,9 @@ class VerifyReport:
             chains = "chain" if self.chains_checked == 1 else "chains"
             steps = "step" if self.steps_checked == 1 else "steps"
             text = f"ok: {self.chains_checked} {chains}, {self.steps_checked} {steps} verified"
+            if self.key_ids:
+                noun = "checkpoint" if self.checkpoints == 1 else "checkpoints"
+                text += f" against {self.checkpoints} signed {noun}"
             if self.gaps:
                 causes = ", ".join(sorted({g.cause for g in self.gaps}))
                 noun = "gap" if len(self.gaps) == 1 else "gaps"
@@ -250,6 +264,19 @@ class AuditStore(Protocol):
 
         Raises StoreError when `task_id` is given but not stored.
         """
+        ...
+
+    def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
+        """Keep signed checkpoints (wire forms, see `Checkpoint.to_wire`) beside the chains.
+
+        They are kept as given, in order, atomically (all or nothing), never checked here
+        (verify checks their signatures). Raises StoreError (nothing kept) on failure.
+        """
+        ...
+
+    def read_checkpoints(self) -> list[object]:
+        """Every checkpoint kept, in the order kept, decoded but not checked: whatever the
+        store holds, so verify can judge it (a stored body that is not JSON is None)."""
         ...
 
     def health(self) -> dict[str, Any]:

@@ -18,6 +18,10 @@ unreadable line that no fence accounts for is a "malformed" break, because nothi
 Charter writes leaves one. Whether an acknowledged record went missing is decided by the
 chains themselves (a seq gap with a broken link, a head file beyond the records).
 
+Checkpoints: `add_checkpoints` appends signed checkpoints to the same file, one wire-form
+line each (``{"charter.checkpoint": {...}}``), under the same lock; they belong to no chain,
+and verify and read_checkpoints pick them out by their key.
+
 Head file: after each batch the store appends one line per touched chain
 (agent_id, task_id, seq, hash, closed) to `<file>.heads`, so `verify` can tell a chain whose
 tail was cut off ("truncated") from one that simply ended. The head file is written after
@@ -56,6 +60,7 @@ from charter._audit.chain import (
     is_closing,
     seal,
 )
+from charter._audit.checkpoint import CHECKPOINT_KEY, is_checkpoint_line
 from charter._audit.verify import RecordedHead, StoredRow, build_report, check_chain, row_from_entry
 
 __all__ = ["FENCE_KEY", "HEADS_SUFFIX", "JsonlStore"]
@@ -152,10 +157,18 @@ def _last_line(fd: int, size: int) -> tuple[int, bytes]:
 def _fence_bytes(fd: int, size: int) -> bytes:
     """What ends an unterminated last line: a newline, and for a torn record a fence line."""
     offset, line = _last_line(fd, size)
-    if _chain_key(_decode(line)) is not None:
+    if _chain_key(_decode(line)) is not None or _whole_checkpoint(line):
         return b"\n"  # a whole record that only lacks its newline: it counts
     fence = {FENCE_KEY: {"offset": offset, "length": len(line), "reason": "torn write"}}
     return b"\n" + canonical_json(fence) + b"\n"
+
+
+def _whole_checkpoint(line: bytes) -> bool:
+    """Whether `line` is a complete checkpoint line (a JSON object under its key)."""
+    if not is_checkpoint_line(line):
+        return False
+    value = _decode(line)
+    return isinstance(value, dict) and isinstance(value.get(CHECKPOINT_KEY), dict)
 
 
 def _fence_of(line: bytes) -> tuple[int, int] | None:
@@ -363,6 +376,51 @@ class JsonlStore:
         except OSError as exc:
             self._heads_error = f"head file {self._heads_path} not updated: {exc.strerror or exc}"
 
+    def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
+        """Append signed checkpoints as lines under the file lock, fsync once; see
+        AuditStore.add_checkpoints. A failed write is cut back, so nothing is left."""
+        lines = []
+        for index, wire in enumerate(checkpoints):
+            if not isinstance(wire, Mapping) or not isinstance(wire.get(CHECKPOINT_KEY), Mapping):
+                raise StoreError(
+                    f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
+                    "object; nothing was kept"
+                )
+            try:
+                lines.append(canonical_json(wire) + b"\n")
+            except ValueError as exc:
+                raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
+        if not lines:
+            return
+        with self._lock:
+            fd = self._file()
+            if self._readonly:
+                raise StoreError(f"audit store {self.location} was opened read-only")
+            with _flocked(fd, True, self.location):
+                self._catch_up(fd)
+                data = b"".join(lines)
+                start = self._offset
+                if not self._ends_with_newline:
+                    data = _fence_bytes(fd, start) + data
+                try:
+                    _write_all(fd, data)
+                    os.fsync(fd)
+                except OSError as exc:
+                    with suppress(OSError):
+                        os.ftruncate(fd, start)
+                    raise StoreError(
+                        f"cannot write checkpoints to audit store {self._path} "
+                        f"({exc.strerror or exc}); nothing was kept"
+                    ) from None
+                self._offset = start + len(data)
+                self._ends_with_newline = True
+
+    def read_checkpoints(self) -> list[object]:
+        """Every checkpoint line of the file in order (one that is not JSON is None)."""
+        with self._lock:
+            fd, size, _ = self._snapshot()
+            return [_decode(line) for _, line, _ in _lines(fd, 0, size) if is_checkpoint_line(line)]
+
     def head(self, agent_id: str, task_id: str) -> ChainHead:
         """The committed head of (agent_id, task_id) as of now; ChainHead() when unknown."""
         with self._lock:
@@ -510,6 +568,9 @@ class JsonlStore:
                         continue
                     detail = f"line {torn_number} of {name} is not a readable audit record"
                     loose.append(ChainBreak("", "", 0, "malformed", detail))
+                if key is None and isinstance(record, dict) and len(record) == 1:
+                    if isinstance(record.get(CHECKPOINT_KEY), dict):
+                        continue  # a checkpoint: judged by a verify with a key
                 if key is None:
                     if is_last:
                         warnings.append(

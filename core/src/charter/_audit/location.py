@@ -12,12 +12,16 @@ that support switching auditing off must handle it before calling here.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Literal
 
 from charter._audit.base import AuditStore, StoreError, VerifyReport
+from charter._audit.checkpoint import read_checkpoint_file
 from charter._audit.jsonl import JsonlStore
+from charter._audit.signing import PublicKey, load_public_key
 from charter._audit.sqlite import SQLiteStore
 from charter._audit.stdout import StdoutStore
+from charter._audit.vouch import CheckpointSource, vouch
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -135,18 +139,43 @@ def _postgres(url: str, *, create: bool) -> AuditStore:
 
 
 def verify(
-    location_or_store: str | os.PathLike[str] | AuditStore, task_id: str | None = None
+    location_or_store: str | os.PathLike[str] | AuditStore,
+    task_id: str | None = None,
+    *,
+    keys: Iterable[str | os.PathLike[str] | PublicKey] = (),
+    checkpoints: Iterable[str | os.PathLike[str]] = (),
 ) -> VerifyReport:
     """Verify the store at a location (a URL, a .db/.jsonl path) or an open store.
 
     A location is opened without creating anything and closed afterwards; an open store is
-    verified in place and left open. Raises StoreError when the file does not exist, is not
-    a Charter store, cannot be read back (stdout), or when `task_id` is given but not stored.
+    verified in place and left open. With `keys` (public key files or loaded PublicKeys),
+    the chains are also checked against every signed checkpoint kept in the store and in
+    the `checkpoints` files, whose signatures must verify with one of the keys (see
+    ``charter._audit.vouch`` for what that adds). Raises StoreError when the file does not
+    exist, is not a Charter store, cannot be read back (stdout), or when `task_id` is given
+    but not stored; KeyFileError (a ValueError) for a key file it cannot trust or read;
+    ValueError for checkpoint files without keys (their lines are evidence only once their
+    signatures are checked) and for a checkpoint file that cannot be read.
     """
+    files = [os.fspath(path) for path in checkpoints]
+    loaded = [key if isinstance(key, PublicKey) else load_public_key(key) for key in keys]
+    if files and not loaded:
+        raise ValueError(
+            "checkpoint files need keys=: a checkpoint file is evidence only once its "
+            "signatures are checked with the public key"
+        )
+    sources = []
+    for path in files:
+        try:
+            sources.append(CheckpointSource(path, read_checkpoint_file(path)))
+        except OSError as exc:
+            raise ValueError(
+                f"cannot read checkpoint file {os.path.abspath(path)}: {exc.strerror or exc}"
+            ) from None
     if isinstance(location_or_store, str | os.PathLike):
         store = open_existing_store(os.fspath(location_or_store))
         try:
-            return store.verify(task_id)
+            return _verify_open(store, task_id, loaded, sources)
         finally:
             store.close()
     if not isinstance(location_or_store, AuditStore):
@@ -154,4 +183,18 @@ def verify(
             f"cannot verify a {type(location_or_store).__name__}; "
             "pass a store location or an AuditStore"
         )
-    return location_or_store.verify(task_id)
+    return _verify_open(location_or_store, task_id, loaded, sources)
+
+
+def _verify_open(
+    store: AuditStore,
+    task_id: str | None,
+    keys: list[PublicKey],
+    sources: list[CheckpointSource],
+) -> VerifyReport:
+    report = store.verify(task_id)
+    if not keys:
+        return report
+    kept = [(f"#{n}", value) for n, value in enumerate(store.read_checkpoints(), start=1)]
+    inside = CheckpointSource(store.location, kept)
+    return vouch(store, report, keys, inside, sources, task_id)

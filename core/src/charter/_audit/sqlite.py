@@ -14,6 +14,10 @@ Schema (PRAGMA application_id 0x43485452 "CHTR", PRAGMA user_version 1):
         hash; id (the rowid) gives physical (insertion) order.
     chains(id INTEGER PRIMARY KEY, agent_id, task_id, head_seq, head_hash, closed)
         UNIQUE(agent_id, task_id); id gives order of first appearance.
+    checkpoints(id INTEGER PRIMARY KEY, agent_id, task_id, seq, body): signed checkpoints
+        as kept (body is the wire form's canonical JSON); created with the store, or on the
+        first checkpoint in a store made before checkpoints existed (a file older Charter
+        versions still read: they ignore the table).
 """
 
 from __future__ import annotations
@@ -40,7 +44,15 @@ from charter._audit.base import (
     prepare_batch,
     seq_error,
 )
-from charter._audit.chain import ChainHead, PreparedEntry, check_seq, decode_json, seal
+from charter._audit.chain import (
+    ChainHead,
+    PreparedEntry,
+    canonical_json,
+    check_seq,
+    decode_json,
+    seal,
+)
+from charter._audit.checkpoint import CHECKPOINT_KEY
 from charter._audit.sqlite_counters import SQLiteCounters
 from charter._audit.verify import (
     RecordedHead,
@@ -55,6 +67,14 @@ __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
 APPLICATION_ID = 0x43485452
 SCHEMA_VERSION = 1
 _BUSY_TIMEOUT_MS = 30_000
+
+_CHECKPOINTS_TABLE = """CREATE TABLE IF NOT EXISTS checkpoints (
+        id INTEGER PRIMARY KEY,
+        agent_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL
+    )"""
 
 _SCHEMA = (
     # An explicit INTEGER PRIMARY KEY keeps rowids (the physical order verify checks)
@@ -81,6 +101,7 @@ _SCHEMA = (
         UNIQUE (agent_id, task_id)
     )""",
     "CREATE INDEX chains_by_task ON chains (task_id)",
+    _CHECKPOINTS_TABLE,
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
@@ -410,6 +431,58 @@ class SQLiteStore:
             )
         found = check_chain(key[0], key[1], rows, recorded[1], gaps)
         return None if found is None else ((0, recorded[0]), found)
+
+    def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
+        """Insert signed checkpoints in one transaction; see AuditStore.add_checkpoints."""
+        rows = []
+        for index, wire in enumerate(checkpoints):
+            body = wire.get(CHECKPOINT_KEY) if isinstance(wire, Mapping) else None
+            if not isinstance(body, Mapping):
+                raise StoreError(
+                    f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
+                    "object; nothing was kept"
+                )
+            try:
+                text = canonical_json(wire).decode("utf-8")
+            except ValueError as exc:
+                raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
+            rows.append((body.get("agent_id"), body.get("task_id"), body.get("seq"), text))
+        if not rows:
+            return
+        with self._connection() as conn:
+            try:
+                _begin_write(conn)
+                conn.execute(_CHECKPOINTS_TABLE)
+                conn.executemany(
+                    "INSERT INTO checkpoints (agent_id, task_id, seq, body) VALUES (?, ?, ?, ?)",
+                    rows,
+                )
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if conn.in_transaction:
+                    with suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
+                if isinstance(exc, sqlite3.Error):
+                    raise StoreError(
+                        f"audit store {self.location} could not keep checkpoints ({exc}); "
+                        "nothing was kept"
+                    ) from None
+                raise
+
+    def read_checkpoints(self) -> list[object]:
+        """Every kept checkpoint in insertion order (an unreadable body is None)."""
+        with self._connection() as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'checkpoints'"
+            ).fetchone()[0]
+            bodies = conn.execute("SELECT body FROM checkpoints ORDER BY id") if found else []
+            values: list[object] = []
+            for (body,) in bodies:
+                try:
+                    values.append(decode_json(body))
+                except (TypeError, ValueError):
+                    values.append(None)
+        return values
 
     def health(self) -> dict[str, Any]:
         """{"ok", "location", "detail"}: whether the file answers a query; never raises."""

@@ -18,7 +18,7 @@ from charter._audit.base import (
     closed_error,
     prepare_batch,
 )
-from charter._audit.chain import ChainHead, seal
+from charter._audit.chain import ChainHead, canonical_json, seal
 
 __all__ = ["StdoutStore"]
 
@@ -85,6 +85,23 @@ class StdoutStore:
                 stream.flush()
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot write audit records to standard output: {exc}") from None
+
+    def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
+        """Write each checkpoint as one wire-form line, so a captured stream verified as
+        JSONL with a key sees them; raises StoreError when the stream cannot be written."""
+        try:
+            data = b"".join(canonical_json(c) + b"\n" for c in checkpoints)
+        except ValueError as exc:
+            raise StoreError(f"a checkpoint was refused: {exc}") from None
+        with self._lock:
+            if self._closed:
+                raise StoreError("audit store stdout is closed")
+            if data:
+                self._write(data)
+
+    def read_checkpoints(self) -> list[object]:
+        """Always raises StoreError: stdout cannot be read back."""
+        raise StoreError(_UNREADABLE)
 
     def head(self, agent_id: str, task_id: str) -> ChainHead:
         """The head this object has written for the chain; ChainHead() when none."""

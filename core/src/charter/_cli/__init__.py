@@ -531,10 +531,19 @@ _EXPLAIN_CODES = {"allow": EXIT_OK, "warn": EXIT_OK, "block": EXIT_BLOCK, "ask":
     help="Manifest file(s) (or baseline:NAME), as policy_file= would; default from the env.",
 )
 @click.option("--store", default=None, help=_STORE_HELP)
+@click.option(
+    "--signing-key",
+    default=None,
+    help="Key that signs checkpoints, as signing_key= would (default: CHARTER_SIGNING_KEY).",
+)
 @click.option("--verify", "run_verify", is_flag=True, help="Also verify every chain.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status(
-    policy_files: tuple[str, ...], store: str | None, run_verify: bool, as_json: bool
+    policy_files: tuple[str, ...],
+    store: str | None,
+    signing_key: str | None,
+    run_verify: bool,
+    as_json: bool,
 ) -> None:
     """Settings in effect, policy load state and audit store health.
 
@@ -549,6 +558,8 @@ def status(
         overrides["policy_file"] = [str(p) for p in _policy_paths(policy_files)]
     if store:
         overrides["audit_location"] = store_url(store)
+    if signing_key:
+        overrides["signing_key"] = signing_key
     try:
         report = collect_status(overrides, verify=run_verify)
     except ValueError as exc:
@@ -845,23 +856,57 @@ def _error_of(record: dict[str, Any]) -> str:
 @click.argument("file", required=False)
 @click.option("--store", default=None, help=_STORE_HELP)
 @click.option("--task", default=None, help="Verify only this task's chains.")
+@click.option(
+    "--key",
+    "keys",
+    multiple=True,
+    help="Public key (.pub) that signed the checkpoints; also check the chains against every "
+    "signed checkpoint (repeatable, for keys that were rotated).",
+)
+@click.option(
+    "--checkpoint",
+    "checkpoint_files",
+    multiple=True,
+    help="Checkpoint file kept outside the store (needs --key; repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def verify(file: str | None, store: str | None, task: str | None, as_json: bool) -> None:
+def verify(
+    file: str | None,
+    store: str | None,
+    task: str | None,
+    keys: tuple[str, ...],
+    checkpoint_files: tuple[str, ...],
+    as_json: bool,
+) -> None:
     """Verify the hash chains of an audit store: every edit, deletion, insertion or
     reordering of a record breaks them.
 
-    FILE (or --store) names the store. Exits 1 naming the first broken link.
+    FILE (or --store) names the store. With --key, the chains are also checked against the
+    signed checkpoints in the store and in each --checkpoint file, which catches a rewritten
+    tail, a truncation, a deleted task and a replaced store. Exits 1 naming the first broken
+    link or bad checkpoint; 2 when a key or checkpoint file cannot be used.
     """
     from rich.markup import escape
 
     from charter._audit.base import StoreError
+    from charter._audit.location import verify as verify_store
+    from charter._audit.signing import KeyFileError, load_public_key
 
     if file and store:
         _fail("charter: give the store as FILE or as --store, not both")
+    if checkpoint_files and not keys:
+        _fail(
+            "charter: --checkpoint needs --key: a checkpoint file is evidence only once its "
+            "signatures are checked with the public key"
+        )
+    try:
+        loaded = [load_public_key(path) for path in keys]
+    except KeyFileError as exc:
+        _fail(f"charter: --key: {exc}")
     opened = open_audit_store(file or store)
     try:
-        report = opened.verify(task)
-    except StoreError as exc:
+        report = verify_store(opened, task, keys=loaded, checkpoints=checkpoint_files)
+    except (StoreError, ValueError) as exc:
         _fail(f"charter: {exc}")
     finally:
         opened.close()
@@ -872,6 +917,8 @@ def verify(file: str | None, store: str | None, task: str | None, as_json: bool)
                 "location": opened.location,
                 "chains": report.chains_checked,
                 "records": report.steps_checked,
+                "checkpoints": report.checkpoints,
+                "keys": list(report.key_ids),
                 "breaks": [dataclasses.asdict(b) for b in report.breaks],
                 "gaps": [g.to_dict() for g in report.gaps],
                 "warnings": list(report.warnings),
@@ -883,11 +930,15 @@ def verify(file: str | None, store: str | None, task: str | None, as_json: bool)
     out = _console()
     for warning in report.warnings:
         out.print(f"[yellow]warning[/yellow] {escape(warning)}")
+    signed = ""
+    if report.key_ids:
+        noun = "checkpoint" if report.checkpoints == 1 else "checkpoints"
+        signed = f" against {report.checkpoints} signed {noun} (key {', '.join(report.key_ids)})"
     if report.ok:
         chains = "chain" if report.chains_checked == 1 else "chains"
         out.print(
             f"[green]verified[/green] {report.chains_checked} {chains}, "
-            f"{report.steps_checked} records in {escape(opened.location)}"
+            f"{report.steps_checked} records in {escape(opened.location)}{escape(signed)}"
         )
         return
     first = report.breaks[0]
@@ -897,8 +948,69 @@ def verify(file: str | None, store: str | None, task: str | None, as_json: bool)
     )
     for more in report.breaks[1:]:
         out.print("  also: " + _break_text(more), markup=False)
-    out.print(f"{report.chains_checked} chains, {report.steps_checked} records checked")
+    out.print(
+        f"{report.chains_checked} chains, {report.steps_checked} records checked{signed}",
+        markup=False,
+    )
     raise SystemExit(EXIT_FOUND)
+
+
+@main.group()
+def keys() -> None:
+    """Ed25519 keys that sign checkpoints of the audit trail's chain heads."""
+
+
+@keys.command(name="create")
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print the key files and id as JSON.")
+def keys_create(path: str, as_json: bool) -> None:
+    """Create a signing key at PATH (mode 0600) and its public key at PATH.pub.
+
+    Never overwrites a file. Keep PATH where the governed agent cannot read it; give
+    PATH.pub to whoever verifies (charter verify --key PATH.pub).
+    """
+    from charter._audit.signing import KeyFileError, create_key_pair
+
+    try:
+        pair = create_key_pair(path)
+    except KeyFileError as exc:
+        _fail(f"charter: {exc}")
+    if as_json:
+        _echo_json(dataclasses.asdict(pair))
+        return
+    click.echo(f"signing key  {pair.private_path}  (mode 0600: keep it from the agent)")
+    click.echo(f"public key   {pair.public_path}  (for charter verify --key)")
+    click.echo(f"key id       {pair.key_id}")
+    click.echo(f"fingerprint  {pair.fingerprint}  (SHA-256 of the public key)")
+    click.echo(f"use it with  CHARTER_SIGNING_KEY={pair.private_path}")
+
+
+@keys.command(name="show")
+@click.argument("path")
+@click.option("--json", "as_json", is_flag=True, help="Print the key id as JSON.")
+def keys_show(path: str, as_json: bool) -> None:
+    """Print the id and fingerprint of a public key (or of a signing key, checked the way
+    a runner checks it)."""
+    from charter._audit.signing import KeyFileError, load_public_key, load_signing_key
+
+    try:
+        with open(path, "rb") as handle:
+            private = b"PRIVATE KEY" in handle.read(16_384)
+    except OSError as exc:
+        _fail(f"charter: cannot read {path}: {exc.strerror or exc}")
+    try:
+        key = load_signing_key(path) if private else load_public_key(path)
+    except KeyFileError as exc:
+        _fail(f"charter: {exc}")
+    kind = "signing key" if private else "public key"
+    if as_json:
+        _echo_json(
+            {"kind": kind, "path": key.path, "key_id": key.key_id, "fingerprint": key.fingerprint}
+        )
+        return
+    click.echo(f"{kind}  {key.path}")
+    click.echo(f"key id       {key.key_id}")
+    click.echo(f"fingerprint  {key.fingerprint}")
 
 
 def _break_text(b: Any) -> str:

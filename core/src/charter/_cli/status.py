@@ -73,6 +73,7 @@ def collect_status(overrides: dict[str, Any], *, verify: bool = False) -> dict[s
             value, origin = "-", "default"
         rows.append({"name": name, "value": value, "origin": origin, "env": Settings.env_var(name)})
     problems: list[str] = []
+    signing, settings = _signing_state(settings, problems)
     store, store_info = _store_state(settings.audit_location)
     policies: dict[str, Any] | None = None
     try:
@@ -136,6 +137,7 @@ def collect_status(overrides: dict[str, Any], *, verify: bool = False) -> dict[s
         "policies": policies,
         "store": store_info,
         "otlp": otlp,
+        "signing": signing,
     }
 
 
@@ -157,6 +159,28 @@ def _otlp_state(settings: Any) -> dict[str, Any]:
         "installed": installed,
         "detail": detail,
     }
+
+
+def _signing_state(settings: Any, problems: list[str]) -> tuple[dict[str, Any] | None, Any]:
+    """(what to report about the signing key, the settings to build the runner from)."""
+    from charter._audit.signing import KeyFileError, load_signing_key
+
+    if settings.signing_key is None:
+        return None, settings
+    try:
+        key = load_signing_key(settings.signing_key)
+    except KeyFileError as exc:
+        problems.append(f"the signing key cannot be used, so an agent here would not start: {exc}")
+        info = {"ok": False, "key": settings.signing_key, "detail": str(exc)}
+        return info, settings.replace(signing_key=None, checkpoint_file=None)
+    info = {
+        "ok": True,
+        "key": key.path,
+        "key_id": key.key_id,
+        "checkpoint_file": settings.checkpoint_file,
+        "every": settings.checkpoint_every,
+    }
+    return info, settings
 
 
 def print_status(report: dict[str, Any], out: Console) -> None:
@@ -225,5 +249,17 @@ def print_status(report: dict[str, Any], out: Console) -> None:
         out.print("[bold]OTLP export[/bold]")
         payloads = "with payloads" if otlp["payloads"] else "without payloads"
         out.print(f"  spans to {otlp['endpoint']} ({payloads})", markup=False)
+    signing = report.get("signing")
+    if signing is not None:
+        out.print("[bold]Signed checkpoints[/bold]")
+        if signing["ok"]:
+            also = f"; also to {signing['checkpoint_file']}" if signing["checkpoint_file"] else ""
+            out.print(
+                f"  key {signing['key_id']} ({signing['key']}): every {signing['every']} "
+                f"records, at each task end and at close{also}",
+                markup=False,
+            )
+        else:
+            out.print(f"  [red]unusable[/red] {escape(signing['detail'])}")
     for problem in report["problems"]:
         out.print(f"[red]problem[/red] {escape(problem)}")

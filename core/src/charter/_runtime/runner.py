@@ -54,6 +54,7 @@ from charter._model.behavior import (
 from charter._model.context import EvalContext
 from charter._model.errors import AgentBindingError, AuditError
 from charter._model.identifiers import new_id
+from charter._runtime.checkpoints import Checkpointer
 from charter._runtime.internal import internal_error_count, report_internal_error
 from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
@@ -119,6 +120,7 @@ class Runner:
         self._observers = tuple(
             cast(StepObserver, e) for e in exporters if isinstance(e, StepObserver)
         )
+        self._checkpointer = _checkpointer(settings, exporters)
         self._writer = AuditWriter(
             settings.audit_location,
             store=store,
@@ -126,6 +128,7 @@ class Runner:
             durability=settings.audit_durability,
             queue_size=settings.queue_size,
             prepare=self._redactor.redact,
+            checkpointer=self._checkpointer,
         )
         self._sync = settings.audit_durability == "sync"
         self._shared = SharedLimits(self._writer.open_store, settings.shared_hold_seconds, counters)
@@ -780,7 +783,9 @@ class Runner:
         queue (queued, delivered, failed, dropped, dropped_by_cause, evicted, pending,
         export_failed, and gaps: the dropped records no stored record declares yet, as
         `Gap.to_dict()`), exporters (each exporter's own `status()`, such as the OTLP
-        exporter's span counters), store (ok, location, detail), active_tasks, and counters.
+        exporter's span counters), store (ok, location, detail), checkpoints (None without a
+        signing key, else key_id, key, file, every, written, failed, export_failed,
+        pending_chains), active_tasks, and counters.
         """
         state, cause = self._sources.state()
         base = self._build_context("status")
@@ -823,6 +828,7 @@ class Runner:
                 if callable(getattr(e, "status", None))
             ],
             "store": w.health(),
+            "checkpoints": self._checkpoint_status(),
             "active_tasks": len(self.engine.active_tasks()),
             "counters": {
                 "evaluated": self.evaluated,
@@ -837,6 +843,21 @@ class Runner:
                 "shared_refused": self._shared.refused,
                 "shared_settle_errors": self._shared.settle_errors,
             },
+        }
+
+    def _checkpoint_status(self) -> dict[str, Any] | None:
+        c = self._checkpointer
+        if c is None:
+            return None
+        return {
+            "key_id": c.key.key_id,
+            "key": c.key.path,
+            "file": self.settings.checkpoint_file,
+            "every": c.every,
+            "written": c.written,
+            "failed": c.failed,
+            "export_failed": c.export_failed,
+            "pending_chains": c.pending,
         }
 
     @property
@@ -947,6 +968,28 @@ def _with_meta(b: Behavior, extra: Mapping[str, Any]) -> Behavior:
     meta = dict(b.meta)
     meta.update(extra)
     return derive(b, meta=meta)
+
+
+def _checkpointer(settings: Settings, exporters: Sequence[ExporterLike]) -> Checkpointer | None:
+    """The checkpointer for `settings`, or None when no signing key is set.
+
+    Raises ValueError naming the setting when the key cannot be used (missing, unreadable,
+    readable by others, not an Ed25519 private key): signed evidence was asked for, so the
+    runner does not start without it.
+    """
+    if settings.signing_key is None:
+        return None
+    from charter._audit.checkpoint import CheckpointExporter, JsonlCheckpointFile
+    from charter._audit.signing import KeyFileError, load_signing_key
+
+    try:
+        key = load_signing_key(settings.signing_key)
+    except KeyFileError as exc:
+        raise ValueError(f"signing_key= / CHARTER_SIGNING_KEY: {exc}") from None
+    sinks: list[CheckpointExporter] = [e for e in exporters if isinstance(e, CheckpointExporter)]
+    if settings.checkpoint_file is not None:
+        sinks.insert(0, JsonlCheckpointFile(settings.checkpoint_file))
+    return Checkpointer(key, settings.checkpoint_every, sinks)
 
 
 def _register(runner: Runner) -> None:

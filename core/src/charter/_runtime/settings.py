@@ -243,6 +243,9 @@ _SPECS: dict[str, _Spec] = {
     "trusted_values": _Spec(_names, "operator-trusted values (recipients, hosts)"),
     "audit_location": _Spec(_location, "where the audit trail goes"),
     "audit_durability": _Spec(_choice("buffered", "sync"), "buffered queue, or commit per step"),
+    "signing_key": _Spec(_text, "Ed25519 key file that signs checkpoints (charter keys create)"),
+    "checkpoint_file": _Spec(_text, "JSONL file that signed checkpoints are also appended to"),
+    "checkpoint_every": _Spec(_count, "records between checkpoints (also at task end and close)"),
     "payload_mode": _Spec(
         _choice("full", "metadata_only", "sha256"), "how payloads are kept in the trail"
     ),
@@ -293,6 +296,9 @@ class Settings:
     trusted_values: tuple[str, ...] = ()
     audit_location: str = "sqlite:///.charter/audit.db"
     audit_durability: str = "buffered"
+    signing_key: str | None = None
+    checkpoint_file: str | None = None
+    checkpoint_every: int = 1_000
     payload_mode: str = "full"
     max_output_chars: int = 32_768
     max_output_items: int = 1_000
@@ -320,6 +326,12 @@ class Settings:
                 "no policy source is configured: set policies= / CHARTER_POLICIES (inline, [] "
                 "to run with none), policy_file= / CHARTER_POLICY_FILE (YAML manifests) or "
                 "policy_cache_path= / CHARTER_POLICY_CACHE_PATH (a saved policy set)"
+            )
+        if self.checkpoint_file is not None and self.signing_key is None:
+            raise ValueError(
+                f"{_spelling('checkpoint_file')} needs {_spelling('signing_key')}: checkpoints "
+                "are signed, and an unsigned one proves nothing (create a key with charter "
+                "keys create)"
             )
         object.__setattr__(self, "origins", dict(self.origins))
 

@@ -32,8 +32,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from charter._audit.base import GAP_KEY, AuditStore, Gap, StoreError
+from charter._audit.checkpoint import CheckpointExporter
 from charter._audit.location import open_store
 from charter._model.behavior import Behavior
+from charter._runtime.checkpoints import Checkpointer
 from charter._runtime.internal import report_internal_error
 
 __all__ = ["AuditWriter", "Exporter", "StepObserver", "is_high_value"]
@@ -89,7 +91,9 @@ class StepObserver(Protocol):
         ...
 
 
-ExporterLike = Exporter | Callable[[Sequence[Mapping[str, Any]]], None]
+#: What ``exporters=`` takes: record exporters, checkpoint exporters (or objects that are
+#: both), and plain callables taking a batch of records.
+ExporterLike = Exporter | CheckpointExporter | Callable[[Sequence[Mapping[str, Any]]], None]
 
 
 class AuditWriter:
@@ -110,6 +114,7 @@ class AuditWriter:
         durability: str = "buffered",
         queue_size: int = 10_000,
         prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self.location = location
         self.enabled = store is not None or location != "none"
@@ -120,6 +125,7 @@ class AuditWriter:
         self._store_lock = threading.Lock()
         self._exporters = tuple(exporters)
         self._prepare = prepare
+        self.checkpointer = checkpointer
         self._size = queue_size
         self._queue: deque[tuple[int, dict[str, Any], bool]] = deque()
         self._low = 0  # queued records of lower value (the ones a full queue may evict)
@@ -348,6 +354,8 @@ class AuditWriter:
         with self._cond:
             self.delivered += len(chained)
         self._export(chained)
+        if self.checkpointer is not None:
+            self.checkpointer.committed(chained, store)
         return chained
 
     def _run(self) -> None:
@@ -421,6 +429,8 @@ class AuditWriter:
         with self._cond:
             self.delivered += len(chained)
         self._export(chained)
+        if self.checkpointer is not None:
+            self.checkpointer.committed(chained, self._store)
 
     def _export(self, chained: list[dict[str, Any]]) -> None:
         for exporter in self._exporters:
@@ -428,8 +438,9 @@ class AuditWriter:
                 send = getattr(exporter, "export", None)
                 if send is not None:
                     send(chained)
-                else:
-                    exporter(chained)  # type: ignore[operator]
+                elif callable(exporter):
+                    exporter(chained)
+                # else: a checkpoint exporter only (export_checkpoints), fed by the checkpointer
             except Exception as exc:
                 with self._cond:
                     self.export_failed += len(chained)
@@ -491,6 +502,8 @@ class AuditWriter:
             self._cond.notify_all()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=1.0 if flushed else 0.1)
+        if self.checkpointer is not None:
+            self.checkpointer.flush(self._store)
         if self._owns_store and self._store is not None and flushed:
             try:
                 self._store.close()
