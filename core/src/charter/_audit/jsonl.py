@@ -416,10 +416,15 @@ class JsonlStore:
                 self._ends_with_newline = True
 
     def read_checkpoints(self) -> list[object]:
-        """Every checkpoint line of the file in order (one that is not JSON is None)."""
+        """Every checkpoint line of the file in order. A line that is not JSON is left out:
+        it is no record either, and verify judges it like any unreadable line (a torn write
+        the next writer fenced is a warning, any other a break)."""
         with self._lock:
             fd, size, _ = self._snapshot()
-            return [_decode(line) for _, line, _ in _lines(fd, 0, size) if is_checkpoint_line(line)]
+            found = (
+                _decode(line) for _, line, _ in _lines(fd, 0, size) if is_checkpoint_line(line)
+            )
+            return [value for value in found if value is not None]
 
     def head(self, agent_id: str, task_id: str) -> ChainHead:
         """The committed head of (agent_id, task_id) as of now; ChainHead() when unknown."""
