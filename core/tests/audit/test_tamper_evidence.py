@@ -352,12 +352,33 @@ def _outcome(report: Any) -> str | None:
     return "warn" if checkpoint_warning else None
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Trail]:
+    """Each kind's trail, built once; every test tampers with its own copy."""
+    from .conftest import _entry
+
+    return {kind: _build(kind, tmp_path_factory.mktemp(kind), _entry) for kind in KINDS}
+
+
+def _copy(trail: Trail, directory: Path) -> Trail:
+    origin = trail.path.parent
+    shutil.copytree(origin, directory, dirs_exist_ok=True)
+    moved = {
+        name: directory / getattr(trail, name).relative_to(origin)
+        for name in ("path", "older", "outside", "public", "other_key")
+    }
+    return Trail(trail.kind, **moved, records=dict(trail.records))
+
+
+KINDS = ("sqlite", "jsonl")
+
+
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("case", list(CASES))
 def test_what_each_level_of_evidence_detects(
-    case: str, kind: str, tmp_path: Path, make_entry: EntryFactory
+    case: str, kind: str, tmp_path: Path, make_entry: EntryFactory, built: dict[str, Trail]
 ) -> None:
-    trail = _build(kind, tmp_path, make_entry)
+    trail = _copy(built[kind], tmp_path / "trail")
     tamper, expected = CASES[case]
     if isinstance(expected, dict):
         expected = expected[kind]

@@ -114,6 +114,36 @@ def demo_copy(demo_run: DemoRun, tmp_path: Path) -> Path:
     return copy
 
 
+@pytest.fixture(scope="session")
+def signed_demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """One demo trail whose heads were signed, its checkpoint file kept elsewhere."""
+    base = tmp_path_factory.mktemp("signed")
+    keys = base / "keys"
+    keys.mkdir(mode=0o700)
+    (base / "outside").mkdir()
+    made = run_charter("keys", "create", str(keys / "signing"), cwd=base)
+    assert made.code == 0, made
+    paths = {
+        "key": keys / "signing",
+        "public": keys / "signing.pub",
+        "store": base / "audit.db",
+        "checkpoints": base / "outside" / "checkpoints.jsonl",
+    }
+    demo = run_charter(
+        "demo",
+        "--store",
+        str(paths["store"]),
+        "--signing-key",
+        str(paths["key"]),
+        "--checkpoint-file",
+        str(paths["checkpoints"]),
+        cwd=base,
+    )
+    assert demo.code == 0, demo
+    assert f"charter verify --store sqlite:///{paths['store']} --key {paths['key']}.pub" in demo.out
+    return paths
+
+
 POLICY = """\
 name: cli-test
 version: 1

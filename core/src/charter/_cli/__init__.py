@@ -928,8 +928,9 @@ def verify(
             raise SystemExit(EXIT_FOUND)
         return
     out = _console()
+    # Long details (paths, hashes) stay on one line each, as the README promises for pipes.
     for warning in report.warnings:
-        out.print(f"[yellow]warning[/yellow] {escape(warning)}")
+        out.print(f"[yellow]warning[/yellow] {escape(warning)}", soft_wrap=True)
     signed = ""
     if report.key_ids:
         noun = "checkpoint" if report.checkpoints == 1 else "checkpoints"
@@ -938,19 +939,22 @@ def verify(
         chains = "chain" if report.chains_checked == 1 else "chains"
         out.print(
             f"[green]verified[/green] {report.chains_checked} {chains}, "
-            f"{report.steps_checked} records in {escape(opened.location)}{escape(signed)}"
+            f"{report.steps_checked} records in {escape(opened.location)}{escape(signed)}",
+            soft_wrap=True,
         )
         return
     first = report.breaks[0]
     out.print(
         f"[red]BROKEN[/red] {escape(opened.location)}: first broken link: "
-        + escape(_break_text(first))
+        + escape(_break_text(first)),
+        soft_wrap=True,
     )
     for more in report.breaks[1:]:
-        out.print("  also: " + _break_text(more), markup=False)
+        out.print("  also: " + _break_text(more), markup=False, soft_wrap=True)
     out.print(
         f"{report.chains_checked} chains, {report.steps_checked} records checked{signed}",
         markup=False,
+        soft_wrap=True,
     )
     raise SystemExit(EXIT_FOUND)
 
@@ -1331,7 +1335,17 @@ def serve(
 
 @main.command()
 @click.option("--store", default=None, help="Where to write the audit trail. " + _STORE_HELP)
-def demo(store: str | None) -> None:
+@click.option(
+    "--signing-key",
+    default=None,
+    help="Sign the chains' heads with this key (charter keys create), as signing_key= does.",
+)
+@click.option(
+    "--checkpoint-file",
+    default=None,
+    help="Also append the signed checkpoints to this file (needs --signing-key).",
+)
+def demo(store: str | None, signing_key: str | None, checkpoint_file: str | None) -> None:
     """Run a scripted agent session against the baseline policies, offline, no key needed.
 
     Two simulated agents (a coding agent and an email assistant) take steps that Charter
@@ -1342,5 +1356,9 @@ def demo(store: str | None) -> None:
     """
     from charter._cli.demo import run_demo
 
+    if checkpoint_file and not signing_key:
+        _fail("charter: --checkpoint-file needs --signing-key: checkpoints are signed")
     location = store_url(store or default_store_location())
-    raise SystemExit(run_demo(location, store is not None, _console()))
+    raise SystemExit(
+        run_demo(location, store is not None, _console(), signing_key, checkpoint_file)
+    )

@@ -305,8 +305,18 @@ def _approver() -> ScriptedApprover:
     )
 
 
-def run_demo(location: str, store_given: bool, out: Console) -> int:
-    """Run the demo, writing to the audit store at `location`; returns the exit code."""
+def run_demo(
+    location: str,
+    store_given: bool,
+    out: Console,
+    signing_key: str | None = None,
+    checkpoint_file: str | None = None,
+) -> int:
+    """Run the demo, writing to the audit store at `location`; returns the exit code.
+
+    With `signing_key`, the chains' heads are signed into checkpoints (kept in the store and
+    appended to `checkpoint_file` when given), as a runner with those settings does.
+    """
     from rich.markup import escape
 
     from charter._audit.base import StoreError
@@ -333,6 +343,16 @@ def run_demo(location: str, store_given: bool, out: Console) -> int:
     except StoreError as exc:
         out.print(f"charter demo: {exc}", markup=False)
         return 2
+    signing: dict[str, Any] = {}
+    if signing_key is not None:
+        from charter._audit.signing import KeyFileError, load_signing_key
+
+        try:
+            load_signing_key(signing_key)
+        except KeyFileError as exc:
+            out.print(f"charter demo: --signing-key: {exc}", markup=False)
+            return 2
+        signing = {"signing_key": signing_key, "checkpoint_file": checkpoint_file}
 
     # Quiet Charter's own log and warnings: the demo prints every decision itself.
     logging.getLogger("charter").addHandler(logging.NullHandler())
@@ -377,6 +397,7 @@ def run_demo(location: str, store_given: bool, out: Console) -> int:
             enforcement="enforce",
             fail_mode="closed",
             payload_mode="full",
+            **signing,
             **extra,
         )
         runner = Runner(settings)
@@ -396,7 +417,12 @@ def run_demo(location: str, store_given: bool, out: Console) -> int:
         finally:
             runner.close()
         out.print()
-    return _summarise(location, store_given, task_ids, tally, secrets_masked, out)
+    verify_options = ""
+    if signing_key is not None:
+        verify_options = f" --key {signing_key}.pub"
+        if checkpoint_file is not None:
+            verify_options += f" --checkpoint {checkpoint_file}"
+    return _summarise(location, store_given, task_ids, tally, secrets_masked, out, verify_options)
 
 
 def _summarise(
@@ -406,6 +432,7 @@ def _summarise(
     tally: Tally,
     secrets_masked: int,
     out: Console,
+    verify_options: str = "",
 ) -> int:
     from rich.markup import escape
 
@@ -470,7 +497,10 @@ def _summarise(
     for command, what in (
         (f"charter tasks{store_opt}", "every task in the trail"),
         (f"charter show {coder_task}{store_opt}", "the coding session, step by step"),
-        (f"charter verify{store_opt}", "re-check every hash chain"),
+        (
+            f"charter verify{store_opt}{verify_options}",
+            "re-check every hash chain" + (" and signed checkpoint" if verify_options else ""),
+        ),
         (
             f"charter replay --policy baseline:tool-agent --agent {ASSISTANT}{store_opt}",
             "re-judge recorded traffic under a policy set",
