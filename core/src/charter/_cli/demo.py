@@ -350,7 +350,7 @@ def run_demo(
         try:
             load_signing_key(signing_key)
         except KeyFileError as exc:
-            out.print(f"charter demo: --signing-key: {exc}", markup=False)
+            out.print(f"charter demo: --signing-key: {exc}", markup=False, soft_wrap=True)
             return 2
         signing = {"signing_key": signing_key, "checkpoint_file": checkpoint_file}
 
