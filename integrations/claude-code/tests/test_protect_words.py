@@ -25,6 +25,8 @@ def test_words_are_the_shells_words(command: str) -> None:
         expected = shell_words(command)
     except ValueError:  # unbalanced quotes: shlex gives up, the splitter still reads it
         return
+    if '"' in command and "\\$" in command:
+        return  # inside double quotes the shell drops the backslash of \$; shlex keeps it
     # An escaped `;` is a word to the shell; shlex cannot tell it from the operator, and
     # neither can name a path, so words of punctuation alone are left out of the comparison.
     assert [w for w in _words(command) if w.strip(PUNCTUATION)] == expected
