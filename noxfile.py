@@ -89,5 +89,6 @@ def bench(session: nox.Session) -> None:
         "bench/otlp_export.py",
         "bench/pg_append.py",
         "bench/provenance.py",
+        "bench/checkpoints.py",
     ):
         session.run("python", script)

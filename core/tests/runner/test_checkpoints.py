@@ -149,7 +149,7 @@ def test_a_store_that_refuses_checkpoints_never_reaches_the_agent(
     store.inner.add_checkpoints = original  # it recovers: the head is offered again at close
     gov.runner.close()
     assert [c["task_id"] for c in _lines(outside)] == ["t1", "t1"]
-    report = verify(store.inner, keys=[key], checkpoints=[outside])
+    report = verify(store, keys=[key], checkpoints=[outside])  # read_task, chain by chain
     assert report.ok, str(report)
     assert "1 signed checkpoint of" in report.warnings[0]  # the one the store refused
 
@@ -160,11 +160,13 @@ def test_an_unusable_key_stops_the_runner_before_anything_runs(tmp_path: Path, k
     with pytest.raises(
         ValueError, match=r"signing_key= / CHARTER_SIGNING_KEY: signing key .* 0644"
     ):
-        Governor(policies=[], audit_location="none", signing_key=private)
+        Governor(policies=[], audit_location=f"sqlite:///{tmp_path / 'a.db'}", signing_key=private)
     with pytest.raises(ValueError, match=r"CHARTER_SIGNING_KEY: signing key .* does not exist"):
-        Governor(policies=[], audit_location="none", signing_key=str(tmp_path / "nope"))
+        Governor(policies=[], audit_location="stdout", signing_key=str(tmp_path / "nope"))
     with pytest.raises(ValueError, match="checkpoint_file= / CHARTER_CHECKPOINT_FILE needs"):
         charter.Settings.from_sources(policies=[], checkpoint_file=str(tmp_path / "c.jsonl"))
+    with pytest.raises(ValueError, match="needs an audit store"):
+        charter.Settings.from_sources(policies=[], audit_location="none", signing_key=private)
 
 
 def test_the_key_comes_from_the_environment_too(

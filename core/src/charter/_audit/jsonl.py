@@ -415,6 +415,22 @@ class JsonlStore:
                 self._offset = start + len(data)
                 self._ends_with_newline = True
 
+    def chain_hashes(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[int, object]]:
+        """seq -> hash of every stored record of the chains `keys`, in one pass over the file
+        (what verify with a key compares checkpoints with); chains not stored are left out."""
+        wanted = set(keys)
+        found: dict[tuple[str, str], dict[int, object]] = {}
+        with self._lock:
+            fd, size, _ = self._snapshot()
+            for _, record in self._records(fd, size):
+                key = (record["agent_id"], record["task_id"])
+                seq = record.get("seq")
+                if key in wanted and type(seq) is int:
+                    found.setdefault(key, {}).setdefault(seq, record.get("hash"))
+        return found
+
     def read_checkpoints(self) -> list[object]:
         """Every checkpoint line of the file in order. A line that is not JSON is left out:
         it is no record either, and verify judges it like any unreadable line (a torn write

@@ -469,6 +469,21 @@ class SQLiteStore:
                     ) from None
                 raise
 
+    def chain_hashes(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], dict[int, object]]:
+        """seq -> hash column of every stored record of the chains `keys` in one read
+        snapshot (a hash column that disagrees with its body is verify's "edited" break);
+        chains not stored are left out."""
+        wanted = set(keys)
+        found: dict[tuple[str, str], dict[int, object]] = {}
+        with self._connection() as conn:
+            rows = conn.execute("SELECT agent_id, task_id, seq, hash FROM steps ORDER BY id")
+            for agent_id, task_id, seq, digest in rows:
+                if (agent_id, task_id) in wanted:
+                    found.setdefault((agent_id, task_id), {}).setdefault(seq, digest)
+        return found
+
     def read_checkpoints(self) -> list[object]:
         """Every kept checkpoint in insertion order (an unreadable body is None)."""
         with self._connection() as conn:

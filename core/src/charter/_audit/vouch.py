@@ -33,7 +33,7 @@ from charter._audit.base import AuditStore, ChainBreak, StoreError, VerifyReport
 from charter._audit.checkpoint import Checkpoint
 from charter._audit.signing import PublicKey
 
-__all__ = ["CheckpointSource", "vouch"]
+__all__ = ["CheckpointSource", "stored_hashes", "vouch"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,8 +52,13 @@ class _Signed:
 
 
 def _valid(
-    source: CheckpointSource, keys: dict[str, PublicKey], breaks: list[ChainBreak]
+    source: CheckpointSource,
+    keys: dict[str, PublicKey],
+    breaks: list[ChainBreak],
+    known: set[Checkpoint] | None = None,
 ) -> list[_Signed]:
+    """The checkpoints of `source` whose signature verifies; breaks for the others. A
+    checkpoint equal to one in `known` (already verified) is not verified again."""
     found: list[_Signed] = []
     given = ", ".join(keys)
     for where, value in source.values:
@@ -64,6 +69,9 @@ def _valid(
             breaks.append(ChainBreak("", "", 0, "forged", f"{label} is not readable: {exc}"))
             continue
         agent, task, seq = checkpoint.agent_id, checkpoint.task_id, checkpoint.seq
+        if known is not None and checkpoint in known:
+            found.append(_Signed(checkpoint, label))
+            continue
         if not checkpoint.signature:
             detail = f"{label} carries no signature"
             breaks.append(ChainBreak(agent, task, seq, "unsigned", detail))
@@ -81,29 +89,49 @@ def _valid(
     return found
 
 
+def stored_hashes(
+    store: AuditStore, keys: Iterable[tuple[str, str]]
+) -> dict[tuple[str, str], dict[int, object]]:
+    """seq -> stored hash of every record of the chains `keys` (a chain not stored is left out).
+
+    A store may answer this in one pass with a ``chain_hashes(keys)`` method of the same
+    contract (the JSONL store does: reading each task would scan its file once per chain);
+    otherwise each chain is read with `read_task`.
+    """
+    wanted = sorted(set(keys))
+    scan = getattr(store, "chain_hashes", None)
+    if scan is not None:
+        found: dict[tuple[str, str], dict[int, object]] = scan(wanted)
+        return found
+    out: dict[tuple[str, str], dict[int, object]] = {}
+    for agent_id, task_id in wanted:
+        try:
+            records = store.read_task(task_id, agent_id)
+        except StoreError:
+            continue
+        hashes: dict[int, object] = {}
+        for record in records:
+            seq = record.get("seq")
+            if type(seq) is int and record.get("agent_id") == agent_id:
+                hashes.setdefault(seq, record.get("hash"))
+        if hashes:
+            out[(agent_id, task_id)] = hashes
+    return out
+
+
 def _check_chain(
-    store: AuditStore, key: tuple[str, str], signed: list[_Signed]
+    key: tuple[str, str], signed: list[_Signed], hashes: dict[int, object] | None
 ) -> tuple[ChainBreak | None, int]:
     """The first contradiction between a chain and its valid checkpoints, and the highest
     signed seq."""
     agent_id, task_id = key
     top = max(signed, key=lambda s: s.checkpoint.seq)
-    try:
-        records = store.read_task(task_id, agent_id)
-    except StoreError:
-        records = []
-    chain = [r for r in records if r.get("agent_id") == agent_id]
-    if not chain:
+    if not hashes:
         detail = (
             f"the task is missing from the store, but {top.where} signed its head at seq "
             f"{top.checkpoint.seq} ({top.checkpoint.time})"
         )
         return ChainBreak(agent_id, task_id, 1, "deleted", detail), top.checkpoint.seq
-    hashes: dict[int, object] = {}
-    for record in chain:
-        seq = record.get("seq")
-        if type(seq) is int:
-            hashes.setdefault(seq, record.get("hash"))
     last = max(hashes, default=0)
     for item in sorted(signed, key=lambda s: s.checkpoint.seq):
         point = item.checkpoint
@@ -148,7 +176,7 @@ def vouch(
     inside = {item.checkpoint for item in signed}
     warnings = list(report.warnings)
     for source in files:
-        outside = _valid(source, by_id, breaks)
+        outside = _valid(source, by_id, breaks, inside)
         missing = {item.checkpoint for item in outside} - inside
         if missing:
             noun = "checkpoint" if len(missing) == 1 else "checkpoints"
@@ -163,8 +191,9 @@ def vouch(
         if task_id is None or point.task_id == task_id:
             chains.setdefault((point.agent_id, point.task_id), []).append(item)
     tops: dict[tuple[str, str], int] = {}
+    stored = stored_hashes(store, chains)
     for key in sorted(chains):
-        found, tops[key] = _check_chain(store, key, chains[key])
+        found, tops[key] = _check_chain(key, chains[key], stored.get(key))
         if found is not None:
             breaks.append(found)
     summaries = [s for s in store.list_tasks() if task_id is None or s.task_id == task_id]

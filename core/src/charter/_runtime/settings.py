@@ -333,6 +333,11 @@ class Settings:
                 "are signed, and an unsigned one proves nothing (create a key with charter "
                 "keys create)"
             )
+        if self.signing_key is not None and self.audit_location == "none":
+            raise ValueError(
+                f"{_spelling('signing_key')} needs an audit store: with audit_location= / "
+                "CHARTER_AUDIT_LOCATION none there is no trail to sign"
+            )
         object.__setattr__(self, "origins", dict(self.origins))
 
     @classmethod
