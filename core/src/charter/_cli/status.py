@@ -85,7 +85,10 @@ def collect_status(overrides: dict[str, Any], *, verify: bool = False) -> dict[s
             )
         else:
             runner_settings = (
-                settings if store is not None else settings.replace(audit_location="none")
+                settings
+                if store is not None
+                # No store yet: nothing to sign either (the key itself was checked above).
+                else settings.replace(audit_location="none", signing_key=None, checkpoint_file=None)
             )
             if settings.otlp_endpoint is not None:
                 # Status sends nothing: the exporter is described below, not started.
