@@ -40,6 +40,7 @@ if _TYPE_CHECKING:
     from charter._model.history import HistoryIndex, TaskHistory
     from charter._model.identifiers import step_name_from, task_id_from
     from charter._model.ijson import canonical_digest
+    from charter._policy.capabilities import Grant, GrantError, GrantLayer
     from charter._policy.manifest import ManifestResult, load_manifest_policies, parse_manifest
     from charter._policy.policy import EnforcementPoint, Policy, PolicyProblem, Severity
     from charter._policy.registry import RuleSpec, Violation
@@ -79,6 +80,9 @@ _LAZY: dict[str, str] = {
     "EvalResult": "charter._engine.engine",
     "Exporter": "charter._runtime.writer",
     "Governor": "charter._runtime.governor",
+    "Grant": "charter._policy.capabilities",
+    "GrantError": "charter._policy.capabilities",
+    "GrantLayer": "charter._policy.capabilities",
     "HistoryIndex": "charter._model.history",
     "LoadReport": "charter._engine.engine",
     "ManifestResult": "charter._policy.manifest",
@@ -142,6 +146,9 @@ __all__ = [
     "EvalResult",
     "Exporter",
     "Governor",
+    "Grant",
+    "GrantError",
+    "GrantLayer",
     "HistoryIndex",
     "LoadReport",
     "ManifestResult",

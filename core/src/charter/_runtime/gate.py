@@ -359,8 +359,10 @@ class Gate:
     """A Governor seen through the integration contract, for one framework.
 
     Build from an existing `governor`, or from the Governor's setting keywords (and an
-    optional `approver`); refuses (ValueError) both at once. Refuses what `charter.Governor`
-    refuses (unknown settings, bad values) and a template file that cannot be loaded.
+    optional `approver`, and the Governor's capability `grant` and `planner`, which every
+    integration entry point passes on); refuses (ValueError) both at once. Refuses what
+    `charter.Governor` refuses (unknown settings, bad values) and a template file that
+    cannot be loaded.
     """
 
     def __init__(
@@ -642,12 +644,21 @@ class Gate:
     # -- tasks --------------------------------------------------------------------------------
 
     def start_task(
-        self, task_id: str | None, name: str, input: Any = None, properties: Any = None
+        self,
+        task_id: str | None,
+        name: str,
+        input: Any = None,
+        properties: Any = None,
+        *,
+        grant: Any = None,
     ) -> str | Blocked:
         """Record task.start; returns the task id, or `Blocked` when the task may not start
-        (a policy on task.start; Charter failing under fail_mode closed)."""
+        (a policy on task.start; Charter failing under fail_mode closed; an invalid
+        `grant`, the task's own capability grant, intersected with the Governor's)."""
         try:
-            return self.governor.start_task(task_id, name=name, input=input, properties=properties)
+            return self.governor.start_task(
+                task_id, name=name, input=input, properties=properties, grant=grant
+            )
         except BlockedError as exc:
             return Blocked(Step("task.start", None, name), exc.reason, exc.result)
         except Exception as exc:

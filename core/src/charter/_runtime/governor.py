@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -28,8 +28,20 @@ from charter._model.capture import capture, capture_noted
 from charter._model.errors import BlockedError, PolicyWarning
 from charter._model.identifiers import new_id, step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
+from charter._model.paths import iter_strings
+from charter._policy.capabilities import (
+    GRANT_META,
+    GRANT_STEP,
+    Grant,
+    GrantError,
+    GrantLayer,
+    layers_meta,
+    uncovered,
+)
 from charter._policy.policy import Severity
+from charter._policy.rules.capabilities import GrantIndex
 from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
+from charter._runtime.internal import report_internal_error
 from charter._runtime.runner import Runner, derive
 from charter._runtime.settings import Settings
 from charter._runtime.writer import ExporterLike
@@ -186,7 +198,9 @@ class StepHandle:
         with self._lock:
             recorded = self._governor.runner.record(self._outcome(how, output, exc, properties))
             self._settled = how
-            return recorded
+        if how == "ok" and self._governor.planner is not None and _is_user_message(recorded):
+            self._governor._plan(recorded)
+        return recorded
 
     async def _asettle(
         self,
@@ -351,6 +365,15 @@ class Governor:
     fail mode decides, as with a Runner. `approver` decides steps a policy asks about; the
     default denies them (fail closed). Thread-safe; the current task is held per context
     (thread or asyncio task), so steps in a new thread need ``task_id=``.
+
+    `grant` is the integration's capability grant for every task this Governor starts, and
+    `planner` a function that gets the text of a task's first user message (nothing else)
+    and returns a grant for that task; both are recorded in the task's chain and judged by
+    the `capabilities` rule, intersected with the operator's (the `capabilities` setting)
+    and the task's own (``start_task(grant=...)``). A planner that raises or returns
+    something that is not a valid grant gives the task an empty grant, with the reason.
+    Refuses (GrantError, a ValueError) an invalid grant, TypeError a planner that is not
+    callable.
     """
 
     def __init__(
@@ -359,8 +382,16 @@ class Governor:
         *,
         approver: Approver | Callable[[ApprovalRequest], Any] | None = None,
         exporters: tuple[ExporterLike, ...] = (),
+        grant: Grant | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        planner: Callable[[str], Any] | None = None,
         **settings: Any,
     ) -> None:
+        own_grant = as_grant(grant, "grant=") if grant is not None else None
+        if planner is not None and not callable(planner):
+            raise TypeError(
+                f"planner= must be a function (the user's request text) -> grant, not "
+                f"{type(planner).__name__}"
+            )
         if runner is None:
             resolved = Settings.from_sources(**settings)
             _check_policy_files(resolved)
@@ -375,6 +406,8 @@ class Governor:
             self._owns_runner = False
         self.runner = runner
         self.approver: Any = approver if approver is not None else deny_all
+        self.grant = own_grant
+        self.planner = planner
         self._current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
             f"charter.current_task.{id(self)}", default=None
         )
@@ -394,16 +427,25 @@ class Governor:
         name: str = "task",
         input: Any = None,
         properties: Any = None,
+        grant: Any = None,
     ) -> _TaskScope:
         """A task as a context manager (``with`` or ``async with``), yielding a TaskHandle.
 
         Enter records task.start (with a new 32-hex-digit task id when `task_id` is None; any
         other id is mapped with `task_id_from`) and makes it the current task; a normal exit
         records task.end, an exception records task.error with its type and message and is
-        re-raised unchanged. Open steps are recorded as abandoned before the end.
+        re-raised unchanged. Open steps are recorded as abandoned before the end. `grant`
+        narrows this task's capabilities (see the class docstring).
         """
         return _TaskScope(
-            self, {"task_id": task_id, "name": name, "input": input, "properties": properties}
+            self,
+            {
+                "task_id": task_id,
+                "name": name,
+                "input": input,
+                "properties": properties,
+                "grant": grant,
+            },
         )
 
     def current_task(self) -> str | None:
@@ -411,9 +453,10 @@ class Governor:
         return self._current.get()
 
     def _start_behavior(
-        self, task_id: str | None, name: str, input: Any, properties: Any
+        self, task_id: str | None, name: str, input: Any, properties: Any, grant: Any = None
     ) -> Behavior:
         tid = task_id_from(task_id) if task_id is not None else new_id()
+        layers = self._layers(grant)
         return Behavior(
             agent_id=self.runner.agent_id,
             task_id=tid,
@@ -421,7 +464,108 @@ class Governor:
             step_name=step_name_from(name),
             input=_payload(input),
             properties=_payload(properties) or {},
+            meta={GRANT_META: layers_meta(layers)} if layers else {},
         )
+
+    def _layers(self, grant: Any) -> list[GrantLayer]:
+        """The grant layers a new task starts with: operator, integration, task, planner."""
+        layers: list[GrantLayer] = []
+        operator = self.runner.settings.capabilities
+        if operator is not None:
+            layers.append(GrantLayer("operator", operator))
+        if self.grant is not None:
+            layers.append(GrantLayer("integration", self.grant))
+        if grant is not None:
+            layers.append(GrantLayer("task", as_grant(grant, "grant=")))
+        if self.planner is not None:
+            waiting = "the planner runs on the task's first user message"
+            layers.append(GrantLayer("planner", Grant.empty(), waiting, pending=True))
+        return layers
+
+    # -- capabilities -------------------------------------------------------------------------
+
+    def grant_layers(self, task_id: str | None = None) -> tuple[GrantLayer, ...]:
+        """The capability grant layers in force for a task known here (the current one by
+        default), oldest first; empty when the task has no grant."""
+        return self._grant_index(self._task_for(task_id)).layers
+
+    def _task_for(self, task_id: str | None) -> str:
+        tid = task_id if task_id is not None else self._current.get()
+        if tid is None:
+            raise RuntimeError("no current task: pass task_id=")
+        return tid
+
+    def _grant_index(self, task_id: str) -> GrantIndex:
+        index = GrantIndex()
+        for step in self.runner.engine.get_history(task_id):
+            index.add(step)
+        return index
+
+    def narrow_grant(self, grant: Any, *, task_id: str | None = None) -> None:
+        """Narrow a running task's capability grant: `grant` becomes one more layer, so a
+        step must also lie inside it (recorded as ``step.self PATCH charter.capabilities``).
+
+        Refuses (GrantError) a widening: a grant naming a tool the task's grant does not
+        grant now, and a task started without a grant (give that one when it starts);
+        ValueError a task that is not open here. Its argument constraints add to those in
+        force: a narrowing never loosens one.
+        """
+        tid = self._task_for(task_id)
+        new = as_grant(grant, "grant")
+        state = self.runner.engine.task_state(tid)
+        if state != "open":
+            raise ValueError(f"task {tid!r} is {state} here; only an open task's grant can narrow")
+        index = self._grant_index(tid)
+        if not index.granted:
+            raise GrantError(
+                [
+                    f"task {tid!r} was started without a capability grant, and giving it one "
+                    "now cannot be checked as a narrowing; give the grant when the task "
+                    "starts (start_task(grant=...), Governor(grant=...), the capabilities "
+                    "setting)"
+                ]
+            )
+        missing = uncovered(index.layers, new)
+        if missing:
+            raise GrantError(
+                [
+                    f"refused: this would widen the capability grant of task {tid!r}: "
+                    f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not granted "
+                    "now, and a grant can only be narrowed during a task"
+                ]
+            )
+        self._record_grant(tid, [GrantLayer("narrowed", new)])
+
+    async def anarrow_grant(self, grant: Any, *, task_id: str | None = None) -> None:
+        """`narrow_grant` for async code."""
+        tid = self._task_for(task_id)
+        await self._run(lambda: self.narrow_grant(grant, task_id=tid))
+
+    def _record_grant(self, task_id: str, layers: list[GrantLayer]) -> Behavior:
+        record = Behavior(
+            agent_id=self.runner.agent_id,
+            task_id=task_id,
+            kind=ActionKind.STEP_SELF,
+            verb=Verb.PATCH,
+            step_name=GRANT_STEP,
+            output={"layers": len(layers)},
+            meta={GRANT_META: layers_meta(layers), "charter.outcome": Outcome.OK.value},
+        )
+        return self.runner.record(record)
+
+    def _plan(self, message: Behavior) -> None:
+        """Run the planner on the task's first user message and record its grant; never
+        raises (a planner that fails grants nothing, and the layer says why)."""
+        tid = message.task_id
+        try:
+            layers = self._grant_index(tid).layers
+            if not any(x.pending and x.source == "planner" for x in layers):
+                return  # planned already, or the task was started before the planner
+            request = "\n".join(iter_strings(message.input))
+            layer = _planned(self.planner, request)
+            self._record_grant(tid, [layer])
+        except Exception as exc:  # the planner layer stays pending: nothing is granted
+            report_internal_error(exc, "capabilities: recording the planner's grant")
 
     def _open(self, start: Behavior) -> str:
         result = self.runner.evaluate(start)
@@ -440,12 +584,14 @@ class Governor:
         name: str = "task",
         input: Any = None,
         properties: Any = None,
+        grant: Any = None,
     ) -> str:
         """Record task.start and return the task id (for frameworks with separate callbacks;
         does not change the current task). Raises BlockedError when a policy blocks the task
-        itself (nothing is recorded then), ValueError for a task id already started.
+        itself (nothing is recorded then), ValueError for a task id already started, and
+        GrantError for an invalid `grant` (the task's capability grant).
         """
-        return self._open(self._start_behavior(task_id, name, input, properties))
+        return self._open(self._start_behavior(task_id, name, input, properties, grant))
 
     async def astart_task(
         self,
@@ -454,9 +600,11 @@ class Governor:
         name: str = "task",
         input: Any = None,
         properties: Any = None,
+        grant: Any = None,
     ) -> str:
         """`start_task` for async code."""
-        return await self._run(self._open, self._start_behavior(task_id, name, input, properties))
+        start = self._start_behavior(task_id, name, input, properties, grant)
+        return await self._run(self._open, start)
 
     def _closing(self, task_id: str, error: BaseException | None, output: Any) -> Behavior | None:
         if self.runner.engine.task_state(task_id) != "open":
@@ -903,3 +1051,50 @@ def _checked(answer: Any) -> Approval:
     if isinstance(answer, Approval):
         return answer
     raise TypeError(f"the approver returned {type(answer).__name__}, not an Approval")
+
+
+def as_grant(value: Any, where: str) -> Grant:
+    """A grant given in code: a Grant, a mapping, JSON text or a YAML/JSON file path.
+    Raises GrantError naming `where` and every problem."""
+    if isinstance(value, Grant):
+        return value
+    if isinstance(value, Mapping):
+        return Grant.from_document(value, where.rstrip("="))
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if isinstance(value, str) and value.strip():
+        text = value.strip()
+        if text.startswith("{"):
+            return Grant.from_document(text, where.rstrip("="))
+        return Grant.load(text)
+    raise GrantError(
+        [f"{where} must be a grant: a mapping with tools, JSON text or a file, not {value!r:.60}"]
+    )
+
+
+def _is_user_message(b: Behavior) -> bool:
+    message = b.properties.get("message")
+    return (
+        b.kind is ActionKind.STEP_MESSAGE
+        and b.verb is Verb.GET
+        and isinstance(message, dict)
+        and message.get("role") == "user"
+    )
+
+
+def _planned(planner: Any, request: str) -> GrantLayer:
+    """The planner's layer for `request`: its grant, or an empty one that says why."""
+    try:
+        answer = planner(request)
+        if inspect.isawaitable(answer):
+            close = getattr(answer, "close", None)
+            if callable(close):
+                close()
+            raise TypeError("it returned an awaitable; a planner is called synchronously")
+        if not isinstance(answer, Grant | Mapping):
+            raise TypeError(f"it returned {type(answer).__name__}, not a grant mapping")
+        return GrantLayer("planner", Grant.from_document(answer, "planner grant"))
+    except Exception as exc:
+        logger.warning("charter: the capability planner failed: %s", exc)
+        why = f"the planner failed, so it grants nothing: {type(exc).__name__}: {exc}"
+        return GrantLayer("planner", Grant.empty(), why[:1000])

@@ -19,6 +19,7 @@ from typing import Any
 
 from charter._audit.url import display_location
 from charter._model.identifiers import check_identifier
+from charter._policy.capabilities import Grant, GrantError
 from charter._policy.policy import Policy
 
 __all__ = ["Settings"]
@@ -137,6 +138,24 @@ def _agent_id(value: Any) -> str:
         raise ValueError("letters, digits and . _ : - only (at most 255 characters)") from None
 
 
+def _grant(value: Any) -> Grant:
+    if isinstance(value, Grant):
+        return value
+    try:
+        if isinstance(value, Mapping):
+            return Grant.from_document(value, "capabilities")
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if isinstance(value, str) and value.strip():
+            text = value.strip()
+            if text.startswith("{"):
+                return Grant.from_document(text, "capabilities")
+            return Grant.load(text)
+    except GrantError as exc:
+        raise ValueError(f"a valid grant ({exc})") from None
+    raise ValueError("a grant: a YAML or JSON file, JSON text, or a mapping with tools")
+
+
 _LOCATION_ACCEPTED = "sqlite:///PATH, jsonl:///PATH, postgresql://USER@HOST:PORT/DB, stdout or none"
 
 
@@ -241,6 +260,9 @@ _SPECS: dict[str, _Spec] = {
     "declared_tools": _Spec(_names, "tools the agent declares (feeds allow_only)"),
     "project_root": _Spec(_text, "directory path rules are relative to"),
     "trusted_values": _Spec(_names, "operator-trusted values (recipients, hosts)"),
+    "capabilities": _Spec(
+        _grant, "the operator's capability grant for every task (file or mapping)"
+    ),
     "audit_location": _Spec(_location, "where the audit trail goes"),
     "audit_durability": _Spec(_choice("buffered", "sync"), "buffered queue, or commit per step"),
     "signing_key": _Spec(_text, "Ed25519 key file that signs checkpoints (charter keys create)"),
@@ -294,6 +316,7 @@ class Settings:
     declared_tools: tuple[str, ...] | None = None
     project_root: str | None = None
     trusted_values: tuple[str, ...] = ()
+    capabilities: Grant | None = None
     audit_location: str = "sqlite:///.charter/audit.db"
     audit_durability: str = "buffered"
     signing_key: str | None = None
@@ -421,6 +444,8 @@ def _display(name: str, value: Any) -> str:
     if name == "policies":
         count = len(value)
         return f"{count} inline {'policy' if count == 1 else 'policies'}"
+    if isinstance(value, Grant):
+        return f"grants {value.describe()}"[:200]
     if isinstance(value, tuple):
         return ", ".join(value) if value else "-"
     if isinstance(value, float):

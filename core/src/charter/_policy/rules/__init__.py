@@ -1,5 +1,13 @@
 """Built-in rules; importing this package registers them."""
 
-from charter._policy.rules import basic, compound, guards, history, registration, shell
+from charter._policy.rules import (
+    basic,
+    capabilities,
+    compound,
+    guards,
+    history,
+    registration,
+    shell,
+)
 
-__all__ = ["basic", "compound", "guards", "history", "registration", "shell"]
+__all__ = ["basic", "capabilities", "compound", "guards", "history", "registration", "shell"]
