@@ -816,6 +816,9 @@ def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None
             if r.get("kind") == "task.error":
                 outcome = "failed"
             why = "" if decision.startswith("allow") else short_reason(reason)
+            granted = _grant_of(r)
+            if granted:
+                why = granted + (f"; {why}" if why else "")
             if error:
                 why = f"error: {error}" + (f"; {why}" if why else "")
             kind = str(r.get("kind")) + (f" {r['verb']}" if r.get("verb") else "")
@@ -841,6 +844,38 @@ def show(task: str, store: str | None, agent: str | None, as_json: bool) -> None
         styles=styles,
         wrap=("step", "why"),
     )
+    layers = _grant_layers(records)
+    if layers:
+        click.echo("capabilities (a step must lie inside every layer):")
+        for layer in layers:
+            click.echo(f"  {layer.describe()}")
+
+
+def _grant_of(record: dict[str, Any]) -> str:
+    """The grant layers a record carries, as one line ("" for a record without one)."""
+    from charter._policy.capabilities import GRANT_META, layers_from_meta
+
+    meta = record.get("meta") or {}
+    if GRANT_META not in meta:
+        return ""
+    described = "; ".join(x.describe() for x in layers_from_meta(meta[GRANT_META]))
+    return f"grant {described}"
+
+
+def _grant_layers(records: list[dict[str, Any]]) -> tuple[Any, ...]:
+    """The capability grant in force at the end of the task, as the rule reads it."""
+    from charter._model.behavior import Behavior
+    from charter._policy.capabilities import GRANT_META
+    from charter._policy.rules.capabilities import GrantIndex
+
+    index = GrantIndex()
+    for r in records:
+        if GRANT_META in (r.get("meta") or {}):
+            try:
+                index.add(Behavior.from_dict(r))
+            except ValueError:
+                continue
+    return index.layers
 
 
 def _error_of(record: dict[str, Any]) -> str:

@@ -43,8 +43,17 @@ __all__ = [
 DECISIONS = ("allow", "warn", "ask", "block")
 DEFAULT_START = "2025-01-06T09:00:00Z"  # a Monday morning: time rules see a working day
 DEFAULT_AGENT = "charter-test"
-_FILE_KEYS = {"policies", "baseline", "context", "templates", "start", "tests", "description"}
-_TEST_KEYS = {"name", "steps", "context", "start", "description"}
+_FILE_KEYS = {
+    "policies",
+    "baseline",
+    "context",
+    "templates",
+    "start",
+    "tests",
+    "description",
+    "grant",
+}
+_TEST_KEYS = {"name", "steps", "context", "start", "description", "grant"}
 _STEP_KEYS = {
     "kind",
     "verb",
@@ -122,6 +131,7 @@ class Case:
     steps: tuple[Step, ...]
     context: dict[str, Any]
     start: datetime
+    grant: Any = None  # the task's capability grant (a charter.Grant), recorded at its start
 
 
 @dataclass(frozen=True, slots=True)
@@ -434,6 +444,7 @@ def load_test_file(path: Path, default_policies: Sequence[str] = ()) -> TestFile
         problems.add("templates", "must be an integration name, e.g. generic or claude_code")
         integration = "generic"
     file_start = _timestamp(data.get("start", DEFAULT_START), "start", problems)
+    file_grant = _grant(data.get("grant"), "grant", problems)
     raw_tests = data.get("tests")
     cases: list[Case] = []
     if not isinstance(raw_tests, list) or not raw_tests:
@@ -465,12 +476,27 @@ def load_test_file(path: Path, default_policies: Sequence[str] = ()) -> TestFile
             _timestamp(raw["start"], f"{where}.start", problems) if "start" in raw else file_start
         )
         context = {**file_context, **_context(raw.get("context"), f"{where}.context", problems)}
-        cases.append(
-            Case(name, tuple(s for s in steps if s is not None), context, start or _default())
-        )
+        grant = _grant(raw["grant"], f"{where}.grant", problems) if "grant" in raw else file_grant
+        kept = tuple(s for s in steps if s is not None)
+        cases.append(Case(name, kept, context, start or _default(), grant))
     if problems.items:
         raise TestFileError(problems.items)
     return TestFile(path, policies, tuple(cases))
+
+
+def _grant(value: Any, where: str, problems: _Problems) -> Any:
+    """The test's capability grant (None when not given); problems are listed, not raised."""
+    if value is None:
+        return None
+    from charter._policy.capabilities import Grant, GrantError
+
+    try:
+        return Grant.from_document(value, where)
+    except GrantError as exc:
+        for problem in exc.problems:
+            head, _, rest = problem.partition(": ")
+            problems.add(head, rest or problem)
+        return None
 
 
 def _default() -> datetime:
@@ -534,9 +560,14 @@ class _Task:
         ctx = dict(case.context)
         agent = ctx.pop("agent_id", DEFAULT_AGENT)
         task_id = "test-" + uuid.uuid4().hex[:12]
+        from charter._policy.capabilities import GRANT_META, GrantLayer, layers_meta
+
         self.engine: PolicyEngine = PolicyEngine(policies)
         self.context: EvalContext = EvalContext(agent_id=agent, task_id=task_id, **ctx)
         self.clock = case.start
+        meta = {}
+        if case.grant is not None:
+            meta[GRANT_META] = layers_meta([GrantLayer("test", case.grant)])
         self.engine.record(
             Behavior(
                 agent_id=agent,
@@ -544,6 +575,7 @@ class _Task:
                 kind=ActionKind.TASK_START,
                 step_name="task",
                 timestamp=self.clock,
+                meta=meta,
             )
         )
 

@@ -27,7 +27,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from pathlib import Path
 from typing import Any
 
 from charter._model.paths import ROOTS, SCALAR_ROOTS, FieldPath, parse_path
@@ -239,28 +238,6 @@ class Grant:
         if problems or grant is None:
             raise GrantError(problems or [f"{where}: not a grant"])
         return grant
-
-    @classmethod
-    def load(cls, path: str | Path) -> Grant:
-        """Read a grant from a YAML or JSON file; raises GrantError naming the file and
-        every problem (a missing or unreadable file included)."""
-        import yaml
-
-        from charter._policy.manifest import _loader
-
-        where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise GrantError([f"{where}: cannot be read ({exc})"]) from None
-        try:
-            data = yaml.load(text, Loader=_loader())
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            at = f" at line {mark.line + 1}" if mark is not None else ""
-            problem = getattr(exc, "problem", None) or exc
-            raise GrantError([f"{where}: invalid YAML{at}: {problem}"]) from None
-        return cls.from_document(data, where)
 
     def for_step(self, step_name: str) -> list[ToolGrant]:
         """The entries that grant `step_name`, exact names first, then globs in order."""

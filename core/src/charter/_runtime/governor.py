@@ -43,7 +43,7 @@ from charter._policy.rules.capabilities import GrantIndex
 from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
 from charter._runtime.internal import report_internal_error
 from charter._runtime.runner import Runner, derive
-from charter._runtime.settings import Settings
+from charter._runtime.settings import Settings, load_grant
 from charter._runtime.writer import ExporterLike
 
 __all__ = ["Governor", "StepHandle", "TaskHandle"]
@@ -1066,7 +1066,7 @@ def as_grant(value: Any, where: str) -> Grant:
         text = value.strip()
         if text.startswith("{"):
             return Grant.from_document(text, where.rstrip("="))
-        return Grant.load(text)
+        return load_grant(text)
     raise GrantError(
         [f"{where} must be a grant: a mapping with tools, JSON text or a file, not {value!r:.60}"]
     )

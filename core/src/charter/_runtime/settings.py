@@ -22,7 +22,7 @@ from charter._model.identifiers import check_identifier
 from charter._policy.capabilities import Grant, GrantError
 from charter._policy.policy import Policy
 
-__all__ = ["Settings"]
+__all__ = ["Settings", "load_grant"]
 
 
 def _env_name(name: str) -> str:
@@ -138,6 +138,29 @@ def _agent_id(value: Any) -> str:
         raise ValueError("letters, digits and . _ : - only (at most 255 characters)") from None
 
 
+def load_grant(path: str | os.PathLike[str]) -> Grant:
+    """Read a capability grant from a YAML or JSON file (the manifests' strict YAML: no
+    aliases, no duplicate keys); raises GrantError naming the file and every problem."""
+    import yaml
+
+    from charter._policy.manifest import _loader
+
+    where = os.fspath(path)
+    try:
+        with open(where, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise GrantError([f"{where}: cannot be read ({exc})"]) from None
+    try:
+        data = yaml.load(text, Loader=_loader())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or exc
+        raise GrantError([f"{where}: invalid YAML{at}: {problem}"]) from None
+    return Grant.from_document(data, where)
+
+
 def _grant(value: Any) -> Grant:
     if isinstance(value, Grant):
         return value
@@ -150,7 +173,7 @@ def _grant(value: Any) -> Grant:
             text = value.strip()
             if text.startswith("{"):
                 return Grant.from_document(text, "capabilities")
-            return Grant.load(text)
+            return load_grant(text)
     except GrantError as exc:
         raise ValueError(f"a valid grant ({exc})") from None
     raise ValueError("a grant: a YAML or JSON file, JSON text, or a mapping with tools")
