@@ -75,6 +75,7 @@ def bench(session: nox.Session) -> None:
     """Benchmarks: print figures, assert nothing."""
     for script in (
         "bench/engine.py",
+        "bench/capabilities.py",
         "bench/governor.py",
         "bench/claude_hook.py",
         "bench/langchain_agent.py",

@@ -25,12 +25,12 @@ import fnmatch
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from charter._model.paths import ROOTS, SCALAR_ROOTS, FieldPath, parse_path
-from charter._policy.regex import compile_re2
+from charter._policy.regex import compile_re2, fullmatch_function
 
 __all__ = [
     "GRANT_META",
@@ -117,6 +117,7 @@ class ArgConstraint:
     minimum: Decimal | None = None
     maximum: Decimal | None = None
     required: bool = False
+    fullmatch: Any = field(default=None, compare=False, repr=False)  # text -> bool
 
     def allows_value(self, value: Any) -> bool:
         """Whether `value` is one of `values` (numbers by value; a number written as text
@@ -372,6 +373,7 @@ def _parse_constraint(
                 f"{at}.{k}: unknown key; a constraint takes {', '.join(_CONSTRAINT_KEYS)}"
             )
     doc: dict[str, Any] = {}
+    matcher: Any = None
     values: frozenset[Any] | None = None
     if "values" in raw:
         items = raw["values"]
@@ -389,7 +391,7 @@ def _parse_constraint(
             pattern = None
         else:
             try:
-                compile_re2(pattern)
+                matcher = fullmatch_function(compile_re2(pattern))
                 doc["pattern"] = pattern
             except ValueError as exc:
                 problems.append(f"{at}.pattern: {exc}")
@@ -424,7 +426,7 @@ def _parse_constraint(
         doc["required"] = required
     if len(problems) > before:
         return None, {}
-    return ArgConstraint(key, path, values, pattern, source, lo, hi, required), doc
+    return ArgConstraint(key, path, values, pattern, source, lo, hi, required, matcher), doc
 
 
 def _is_scalar(value: Any) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["compile_re2"]
+__all__ = ["compile_re2", "fullmatch_function"]
 
 
 @functools.lru_cache(maxsize=1024)
@@ -52,3 +52,20 @@ def search_function(compiled: Any) -> Any:
         return bool(match(unanchored, data, 0, len(data))[0] != no_match)
 
     return search
+
+
+def fullmatch_function(compiled: Any) -> Any:
+    """A ``text -> bool`` whole-value match for a pattern from `compile_re2` (as
+    `search_function`, anchored at both ends)."""
+    import re2
+
+    raw = compiled._regexp
+    both = re2._Anchor.ANCHOR_BOTH
+    no_match = (-1, -1)
+    match = raw.Match
+
+    def fullmatch(text: str) -> bool:
+        data = text.encode("utf-8", "surrogatepass")
+        return bool(match(both, data, 0, len(data))[0] != no_match)
+
+    return fullmatch

@@ -25,7 +25,6 @@ from charter._policy.capabilities import (
     as_number,
     layers_from_meta,
 )
-from charter._policy.regex import compile_re2
 from charter._policy.registry import Violation, rule
 from charter._policy.rules._indexes import ProvenanceIndex, provenance_keys, trusted_candidates
 
@@ -181,27 +180,34 @@ def _problem(c: ArgConstraint, view: Behavior, sources: _Sources) -> str | None:
     if not values:
         return f"{c.path.text} is missing and the grant requires it" if c.required else None
     for v in values:
-        shown = f"{c.path.text} {v!r:.80}"
-        if c.values is not None and not c.allows_value(v):
-            return f"{shown} is not one of the granted values"
-        if c.pattern is not None:
-            if isinstance(v, bool) or not isinstance(v, str | int | float):
-                return f"{shown} is not text, so it cannot match the granted pattern"
-            if compile_re2(c.pattern).fullmatch(str(v)) is None:
-                return f"{shown} does not match the granted pattern {c.pattern!r}"
-        if c.minimum is not None or c.maximum is not None:
-            number = as_number(v)
-            if number is None:
-                return f"{shown} is not a number, and the grant bounds it"
-            if c.minimum is not None and number < c.minimum:
-                return f"{shown} is below the granted minimum {c.minimum}"
-            if c.maximum is not None and number > c.maximum:
-                return f"{shown} is above the granted maximum {c.maximum}"
-        if c.source is not None and not isinstance(v, bool) and v is not None:
-            text = v if isinstance(v, str) else str(v)
-            if text.strip() and not sources.holds(c.source, text):
-                where = "the user's request" if c.source == "user" else "trusted content"
-                return f"{shown} did not come from {where}"
+        why = _why(c, v, sources)
+        if why is not None:
+            return f"{c.path.text} {v!r:.80} {why}"
+    return None
+
+
+def _why(c: ArgConstraint, v: Any, sources: _Sources) -> str | None:
+    """Why one value breaks `c`, or None."""
+    if c.values is not None and not c.allows_value(v):
+        return "is not one of the granted values"
+    if c.fullmatch is not None:
+        if isinstance(v, bool) or not isinstance(v, str | int | float):
+            return "is not text, so it cannot match the granted pattern"
+        if not c.fullmatch(v if isinstance(v, str) else str(v)):
+            return f"does not match the granted pattern {c.pattern!r}"
+    if c.minimum is not None or c.maximum is not None:
+        number = as_number(v)
+        if number is None:
+            return "is not a number, and the grant bounds it"
+        if c.minimum is not None and number < c.minimum:
+            return f"is below the granted minimum {c.minimum}"
+        if c.maximum is not None and number > c.maximum:
+            return f"is above the granted maximum {c.maximum}"
+    if c.source is not None and not isinstance(v, bool) and v is not None:
+        text = v if isinstance(v, str) else str(v)
+        if text.strip() and not sources.holds(c.source, text):
+            where = "the user's request" if c.source == "user" else "trusted content"
+            return f"did not come from {where}"
     return None
 
 
