@@ -216,6 +216,10 @@ def test_model_calls_received_messages_and_grant_records_are_not_judged() -> Non
     t = Task([CAPS], ("integration", {"tools": {}}))
     assert caps(t.judge("llm", "step.model", None)) is None
     assert caps(t.judge("user_message", "step.message", "GET")) is None
+    inbox = {"tool": {"name": "read_inbox"}}  # a tool that reads messages is an action
+    assert "not in the task's integration grant" in (
+        caps(t.judge("read_inbox", "step.message", "GET", properties=inbox)) or ""
+    )
     assert "not in the task's integration grant (it grants nothing)" in (
         caps(t.judge("send", "step.message", "POST")) or ""
     )

@@ -32,7 +32,7 @@ __all__ = ["GrantIndex", "capabilities", "is_grant_record"]
 
 Verdict = bool | Violation
 
-# Steps that are not the agent acting: model calls, approvals, messages it receives.
+# Steps that are not the agent acting on the world: model calls, approvals, task boundaries.
 _NOT_JUDGED = frozenset(
     {
         ActionKind.TASK_START,
@@ -248,7 +248,8 @@ def _layer_problem(layer: GrantLayer, view: Behavior, sources: _Sources) -> str 
         "in content value_provenance trusts; matched after the same normalisation), "
         "`required`. Lists are judged item by item. The grant is read from the task's records "
         "(task.start and later narrowings), so replay judges the same way. Model calls, "
-        "approvals, received messages and task boundaries are not judged. A task with no "
+        "approvals, task boundaries and messages the agent receives (step.message GET that "
+        "is no tool call) are not judged. A task with no "
         "grant violates unless `without_grant` is comply."
     ),
     params_schema={
@@ -274,8 +275,10 @@ def _layer_problem(layer: GrantLayer, view: Behavior, sources: _Sources) -> str 
 )
 def capabilities(view: Behavior, p: _Params, ctx: RuleContext) -> Verdict:
     kind = view.kind
-    if kind in _NOT_JUDGED or (kind is ActionKind.STEP_MESSAGE and view.verb is Verb.GET):
+    if kind in _NOT_JUDGED:
         return True
+    if kind is ActionKind.STEP_MESSAGE and view.verb is Verb.GET and "tool" not in view.properties:
+        return True  # a message the agent received (a tool that reads messages is judged)
     if kind is ActionKind.STEP_SELF and is_grant_record(view):
         return True
     index = ctx.history.index(GrantIndex.KEY, GrantIndex)
