@@ -33,8 +33,8 @@ from charter._audit.base import (
 from charter._audit.chain import ChainHead, canonical_json, entry_hash
 from charter._audit.checkpoint import Checkpoint, CheckpointExporter, JsonlCheckpointFile
 from charter._audit.location import open_store, verify
-from charter._runtime.otlp import OtlpExporter
 from charter._audit.signing import KeyFileError, PublicKey, create_key_pair, load_public_key
+from charter._runtime.otlp import OtlpExporter
 
 __all__ = [
     "AuditStore",
@@ -43,9 +43,9 @@ __all__ = [
     "Checkpoint",
     "CheckpointExporter",
     "Gap",
-    "OtlpExporter",
     "JsonlCheckpointFile",
     "KeyFileError",
+    "OtlpExporter",
     "PublicKey",
     "StoreError",
     "VerifyReport",

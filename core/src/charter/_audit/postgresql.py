@@ -52,7 +52,15 @@ from charter._audit.base import (
     prepare_batch,
     seq_error,
 )
-from charter._audit.chain import ChainHead, PreparedEntry, check_seq, decode_json, seal
+from charter._audit.chain import (
+    ChainHead,
+    PreparedEntry,
+    canonical_json,
+    check_seq,
+    decode_json,
+    seal,
+)
+from charter._audit.checkpoint import CHECKPOINT_KEY
 from charter._audit.url import display_location
 from charter._audit.verify import RecordedHead, StoredRow, build_report, chains_of, check_chain
 
@@ -121,6 +129,20 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER charter_chains_forward_only BEFORE UPDATE OR DELETE ON charter_chains "
         "FOR EACH ROW EXECUTE FUNCTION charter_refuse_change()",
         "CREATE TRIGGER charter_chains_no_truncate BEFORE TRUNCATE ON charter_chains "
+        "FOR EACH STATEMENT EXECUTE FUNCTION charter_refuse_change()",
+    ),
+    (
+        # Signed checkpoints of chain heads (wire form's canonical JSON), append-only too.
+        """CREATE TABLE charter_checkpoints (
+            id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+            agent_id text,
+            task_id text,
+            seq bigint,
+            body text NOT NULL
+        )""",
+        "CREATE TRIGGER charter_checkpoints_append_only BEFORE UPDATE OR DELETE ON "
+        "charter_checkpoints FOR EACH ROW EXECUTE FUNCTION charter_refuse_change()",
+        "CREATE TRIGGER charter_checkpoints_no_truncate BEFORE TRUNCATE ON charter_checkpoints "
         "FOR EACH STATEMENT EXECUTE FUNCTION charter_refuse_change()",
     ),
 )
@@ -243,10 +265,7 @@ class PostgresStore:
                     f"there is no Charter audit store in {self.location} (no "
                     "charter_schema_version table); a writer creates it on first use"
                 )
-            raise StoreError(
-                f"audit store {self.location} has schema version {version}; open it once for "
-                f"writing to migrate it to version {SCHEMA_VERSION}"
-            )
+            return  # an older schema reads as it is (its tables are a subset); writers migrate it
         # A session lock, taken before the transaction that reads the version: a transaction
         # begun earlier could still see the catalog as it was before another opener's commit.
         conn.execute("SELECT pg_advisory_lock(%s)", (_SCHEMA_LOCK,))
@@ -582,6 +601,65 @@ class PostgresStore:
             raise StoreError(f"task {task_id!r} is not in {self.location}")
         breaks.sort(key=lambda item: item[0])
         return build_report(chains, steps, [b for _, b in breaks], (), gaps)
+
+    def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
+        """Insert signed checkpoints with one statement; see AuditStore.add_checkpoints."""
+        columns: tuple[list[Any], ...] = ([], [], [], [])
+        for index, wire in enumerate(checkpoints):
+            body = wire.get(CHECKPOINT_KEY) if isinstance(wire, Mapping) else None
+            if not isinstance(body, Mapping):
+                raise StoreError(
+                    f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
+                    "object; nothing was kept"
+                )
+            try:
+                text = canonical_json(wire).decode("utf-8")
+            except ValueError as exc:
+                raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
+            seq = body.get("seq")
+            values = (
+                body.get("agent_id") if isinstance(body.get("agent_id"), str) else None,
+                body.get("task_id") if isinstance(body.get("task_id"), str) else None,
+                seq if type(seq) is int else None,
+                text,
+            )
+            for column, value in zip(columns, values, strict=True):
+                column.append(value)
+        if not columns[0] and not columns[3]:
+            return
+
+        def write(conn: psycopg.Connection[tuple[Any, ...]], _: bool) -> None:
+            conn.execute(
+                "INSERT INTO charter_checkpoints (agent_id, task_id, seq, body) "
+                "SELECT a, t, s, b FROM unnest(%b::text[], %b::text[], %b::bigint[], "
+                "%b::text[]) WITH ORDINALITY AS c(a, t, s, b, n) ORDER BY n",
+                columns,
+            )
+            conn.commit()
+
+        # A retry after a lost answer may keep a checkpoint twice: the same signed head,
+        # which verify reads as one.
+        self._retrying("keep checkpoints", write)
+
+    def read_checkpoints(self) -> list[object]:
+        """Every kept checkpoint in insertion order (an unreadable body is None)."""
+
+        def read(conn: psycopg.Connection[tuple[Any, ...]], _: bool) -> list[Any]:
+            found = conn.execute("SELECT to_regclass('charter_checkpoints')").fetchone()
+            if not found or found[0] is None:
+                conn.rollback()
+                return []
+            rows = conn.execute("SELECT body FROM charter_checkpoints ORDER BY id").fetchall()
+            conn.rollback()
+            return [body for (body,) in rows]
+
+        values: list[object] = []
+        for body in self._retrying("read checkpoints", read):
+            try:
+                values.append(decode_json(body))
+            except (TypeError, ValueError):
+                values.append(None)
+        return values
 
     def health(self) -> dict[str, Any]:
         """{"ok", "location", "detail"}: whether the database answers a query; never raises."""

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
 from charter._model.context import RuleContext
 from charter._model.paths import iter_strings
+from charter._model.trust import Trust
 from charter._policy.capabilities import (
     GRANT_META,
     GRANT_STEP,
@@ -159,7 +160,7 @@ class _Sources:
     def __init__(self, ctx: RuleContext) -> None:
         self._ctx = ctx
         self._user: set[tuple[str, str]] | None = None
-        self._trusted: tuple[set[tuple[str, str]], frozenset[tuple[str, str]]] | None = None
+        self._trusted: tuple[ProvenanceIndex, frozenset[tuple[str, str]]] | None = None
 
     def holds(self, source: str, value: str) -> bool:
         keys = provenance_keys(value, "auto")
@@ -168,10 +169,15 @@ class _Sources:
                 self._user = self._ctx.history.index(UserValueIndex.KEY, UserValueIndex).values
             return any(k in self._user for k in keys)
         if self._trusted is None:
-            seen = self._ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex).values
+            seen = self._ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)
             self._trusted = (seen, _context_candidates(self._ctx.context.trusted_values))
         seen, configured = self._trusted
-        return any(k in seen or k in configured for k in keys)
+        # "trusted" is what value_provenance trusts by default: content at internal or above,
+        # or the operator's trusted values.
+        found = seen.level_of(keys)
+        if found is not None and found[0] >= Trust.INTERNAL:
+            return True
+        return any(k in configured for k in keys)
 
 
 def _problem(c: ArgConstraint, view: Behavior, sources: _Sources) -> str | None:
