@@ -6,7 +6,8 @@ Prints p50/p95 of:
 - ``hello`` and ``step`` (an allowed ``step.exec``, then its ``record``) from a client
   connected to the project's unix socket: the protocol's round trip, with and without the
   proof a keyed client asks for (target: step p50 <= 1 ms);
-- ``charter-claude-hook`` answering PreToolUse in a fresh process, installed with ``--serve``
+- ``charter-claude-hook`` answering PreToolUse in a fresh process (each call followed by its
+  PostToolUse, untimed, as in a session), installed with ``--serve``
   and the server running (target p50 <= 25 ms), beside the same hook with no server running
   (it judges in-process) and ``python -c pass``, the floor every process pays.
 
@@ -125,34 +126,40 @@ def _run(argv: list[str], payload: bytes, env: dict[str, str]) -> float:
     return elapsed
 
 
+def _call(argv: list[str], env: dict[str, str], project: Path, i: int) -> float:
+    """One tool call as Claude Code makes it: PreToolUse (timed), then its PostToolUse."""
+    event = {
+        "session_id": "bench",
+        "cwd": str(project),
+        "permission_mode": "default",
+        "tool_name": "Bash",
+        "tool_input": {"command": f"ls {i}"},
+        "tool_use_id": f"toolu_{i}",
+    }
+    pre = json.dumps({"hook_event_name": "PreToolUse", **event}).encode()
+    elapsed = _run(argv, pre, env)
+    post = {"hook_event_name": "PostToolUse", **event, "tool_response": {"stdout": ""}}
+    post_argv = [*argv]
+    post_argv[post_argv.index("--event") + 1] = "PostToolUse"
+    _run(post_argv, json.dumps(post).encode(), env)
+    return elapsed
+
+
 def _hooks(
     project: Path, env: dict[str, str], folder: Path, runs: int, server: subprocess.Popen[bytes]
 ) -> None:
     argv = _hook_args(project, env)
 
-    def payload(i: int) -> bytes:
-        return json.dumps(
-            {
-                "hook_event_name": "PreToolUse",
-                "session_id": "bench",
-                "cwd": str(project),
-                "permission_mode": "default",
-                "tool_name": "Bash",
-                "tool_input": {"command": f"ls {i}"},
-                "tool_use_id": f"toolu_{i}",
-            }
-        ).encode()
-
     floor = [_run([sys.executable, "-c", "pass"], b"", env) for _ in range(runs)]
-    _run(argv, payload(-1), env)  # the server builds its gate on the first call
+    _call(argv, env, project, -1)  # the server builds its gate on the first call
     status = Client(folder / "charter.sock", key=read_key(folder))
     before = status.call("status")["requests"]
-    served = [_run(argv, payload(i), env) for i in range(runs)]
-    answered = status.call("status")["requests"] - before - 1
+    served = [_call(argv, env, project, i) for i in range(runs)]
+    answered = (status.call("status")["requests"] - before - 1) // 2
     status.close()
     server.send_signal(signal.SIGTERM)
     server.wait(60)
-    alone = [_run(argv, payload(10_000 + i), env) for i in range(runs)]
+    alone = [_call(argv, env, project, 10_000 + i) for i in range(runs)]
     print(f"Claude Code PreToolUse, one fresh process each, {runs} runs:")
     print(_line("python -c pass (the floor)", floor))
     print(_line("charter-claude-hook, server running", served))
