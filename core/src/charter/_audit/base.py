@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from charter._audit.chain import ChainHead, PreparedEntry, prepare_entry
+from charter._audit.chain import ChainHead, PreparedEntry, decode_json, prepare_entry
 from charter._model.errors import CharterError
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "check_process",
     "check_store_path",
     "closed_error",
+    "decode_task_records",
     "is_intent_record",
     "prepare_batch",
     "seq_error",
@@ -305,6 +306,29 @@ def prepare_batch(entries: Sequence[Mapping[str, Any]]) -> list[PreparedEntry]:
                 f"audit entry {index + 1} of {total} was refused and nothing was written: {exc}"
             ) from None
     return prepared
+
+
+def decode_task_records(
+    bodies: Sequence[tuple[int, str | bytes]], task_id: str, location: str
+) -> list[dict[str, Any]]:
+    """The records of one task from its stored (seq, body) rows, in the order given.
+
+    Raises StoreError naming the task and the first seq whose body is not a JSON object (and
+    telling to run verify), or when there are no rows at all."""
+    if not bodies:
+        raise StoreError(f"task {task_id!r} is not in {location}")
+    records: list[dict[str, Any]] = []
+    for seq, body in bodies:
+        try:
+            record = decode_json(body)
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            raise StoreError(
+                f"record seq {seq} of task {task_id!r} in {location} is malformed; run verify"
+            )
+        records.append(record)
+    return records
 
 
 def seq_error(reason: str, task_id: str, location: str) -> StoreError:

@@ -49,6 +49,7 @@ from charter._audit.base import (
     VerifyReport,
     check_process,
     closed_error,
+    decode_task_records,
     prepare_batch,
     seq_error,
 )
@@ -534,21 +535,7 @@ class PostgresStore:
             return bodies
 
         bodies = self._retrying("read a task", read)
-        if not bodies:
-            raise StoreError(f"task {task_id!r} is not in {self.location}")
-        records: list[dict[str, Any]] = []
-        for seq, body in bodies:
-            try:
-                record = decode_json(body)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict):
-                raise StoreError(
-                    f"record seq {seq} of task {task_id!r} in {self.location} is malformed; "
-                    "run verify"
-                )
-            records.append(record)
-        return records
+        return decode_task_records(bodies, task_id, self.location)
 
     def verify(self, task_id: str | None = None) -> VerifyReport:
         """Verify every chain (or those of `task_id`) inside one read snapshot.

@@ -41,6 +41,7 @@ from charter._audit.base import (
     check_process,
     check_store_path,
     closed_error,
+    decode_task_records,
     prepare_batch,
     seq_error,
 )
@@ -351,21 +352,7 @@ class SQLiteStore:
                 "SELECT seq, body FROM steps WHERE agent_id = ? AND task_id = ? ORDER BY seq",
                 (agent_id, task_id),
             ).fetchall()
-        if not bodies:
-            raise StoreError(f"task {task_id!r} is not in {self.location}")
-        records: list[dict[str, Any]] = []
-        for seq, body in bodies:
-            try:
-                record = decode_json(body)
-            except ValueError:
-                record = None
-            if not isinstance(record, dict):
-                raise StoreError(
-                    f"record seq {seq} of task {task_id!r} in {self.location} is malformed; "
-                    "run verify"
-                )
-            records.append(record)
-        return records
+        return decode_task_records(bodies, task_id, self.location)
 
     def verify(self, task_id: str | None = None) -> VerifyReport:
         """Verify every chain (or those of `task_id`) inside one read snapshot.
