@@ -1,10 +1,12 @@
-"""Shared limit counters: the SQLite counters keep the same contract as the in-memory ones,
-and eight processes racing one SQLite file for a counter's last units take exactly the limit."""
+"""Shared limit counters: the SQLite and PostgreSQL counters keep the same contract as the
+in-memory ones, and eight processes racing one SQLite file or one PostgreSQL database for a
+counter's last units take exactly the limit."""
 
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from charter._audit.counters import (
     Unit,
 )
 from charter._audit.location import open_store
+from charter._audit.postgresql import PostgresStore
 from charter._audit.sqlite import SQLiteStore
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -30,11 +33,15 @@ def _unit(r: Reservation, amount: float | None = None) -> Unit:
     return Unit(r.claim, r.at_us, r.claim.amount if amount is None else amount)
 
 
-@pytest.fixture(params=["memory", "sqlite"])
+@pytest.fixture(params=["memory", "sqlite", "postgresql"])
 def counters(request: pytest.FixtureRequest, tmp_path: Path) -> CounterStore:
     if request.param == "memory":
         return MemoryCounters()
-    store = SQLiteStore(tmp_path / "audit.db")
+    if request.param == "postgresql":
+        url = request.getfixturevalue("postgresql_url")
+        store: SQLiteStore | PostgresStore = PostgresStore(url)
+    else:
+        store = SQLiteStore(tmp_path / "audit.db")
     request.addfinalizer(store.close)
     return store.counters()
 
@@ -82,16 +89,20 @@ def test_a_claim_id_in_use_is_refused_and_nothing_is_reserved(counters: CounterS
     assert counters.read([Claim("", "k", 1)], now_us=3) == [1]
 
 
-def test_only_stores_that_share_counters_between_processes_offer_them(tmp_path: Path) -> None:
+def test_only_stores_that_share_counters_between_processes_offer_them(
+    tmp_path: Path, postgresql_url: str
+) -> None:
     sqlite = open_store(f"sqlite:///{tmp_path}/a.db")
+    pg = open_store(postgresql_url)
     jsonl = open_store(f"jsonl:///{tmp_path}/a.jsonl")
     stdout = open_store("stdout")
-    assert isinstance(sqlite, SharesCounters)
+    assert isinstance(sqlite, SharesCounters) and isinstance(pg, SharesCounters)
     assert not isinstance(jsonl, SharesCounters)
     assert not isinstance(stdout, SharesCounters)
-    sqlite.close()
-    with pytest.raises(StoreError, match="closed"):
-        sqlite.counters().reserve([Claim("a", "k", 1)], now_us=1, hold_until_us=HOLD)
+    for shared in (sqlite, pg):
+        shared.close()
+        with pytest.raises(StoreError, match="closed"):
+            shared.counters().reserve([Claim("a", "k", 1)], now_us=1, hold_until_us=HOLD)
     jsonl.close()
 
 
@@ -142,38 +153,60 @@ _OPS = st.lists(
 )
 
 
+@pytest.fixture(scope="module")
+def pg_counters(postgresql_server: Any) -> Iterator[PostgresStore]:
+    """One PostgreSQL store for every example (a database per example would be slow)."""
+    store = PostgresStore(postgresql_server.create_database("counters"))
+    yield store
+    store.close()
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops=_OPS)
 def test_sqlite_counters_agree_with_memory_counters(ops: list[tuple[Any, ...]]) -> None:
     # In memory: the same SQL, without an fsync per transaction.
     store = SQLiteStore(":memory:")
-    real, model = store.counters(), MemoryCounters()
+    try:
+        _agree(store.counters(), ops, "")
+    finally:
+        store.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(ops=_OPS)
+def test_postgresql_counters_agree_with_memory_counters(
+    pg_counters: PostgresStore, ops: list[tuple[Any, ...]]
+) -> None:
+    # Each example's keys and ids are its own, so examples sharing the database never meet.
+    _agree(pg_counters.counters(), ops, uuid.uuid4().hex)
+
+
+def _agree(real: CounterStore, ops: list[tuple[Any, ...]], prefix: str) -> None:
+    model = MemoryCounters()
+    windows = {prefix + k: w for k, w in _WINDOW.items()}
     held: list[Reservation] = []
     settled: set[str] = set()
     now = 1_000
-    try:
-        for op in ops:
-            if op[0] == "reserve":
-                _, key, amount, hold = op
-                claim = Claim(f"c{len(held)}", key, amount, _WINDOW[key])
-                got = real.reserve([claim], now_us=now, hold_until_us=now + hold)
-                want = model.reserve([claim], now_us=now, hold_until_us=now + hold)
-                assert got == want
-                held.append(got[0])
-            elif op[0] == "commit" and op[1] < len(held) and held[op[1]].claim.id not in settled:
-                unit = _unit(held[op[1]], op[2])
-                settled.add(unit.claim.id)
-                real.commit([unit])
-                model.commit([unit])
-            elif op[0] == "release" and op[1] < len(held):
-                real.release([held[op[1]].claim.id])
-                model.release([held[op[1]].claim.id])
-            elif op[0] == "tick":
-                now += op[1]
-            probes = [Claim("", k, 1, w) for k, w in _WINDOW.items()]
-            assert real.read(probes, now_us=now) == model.read(probes, now_us=now)
-    finally:
-        store.close()
+    for op in ops:
+        if op[0] == "reserve":
+            _, key, amount, hold = op
+            claim = Claim(f"{prefix}c{len(held)}", prefix + key, amount, windows[prefix + key])
+            got = real.reserve([claim], now_us=now, hold_until_us=now + hold)
+            want = model.reserve([claim], now_us=now, hold_until_us=now + hold)
+            assert got == want
+            held.append(got[0])
+        elif op[0] == "commit" and op[1] < len(held) and held[op[1]].claim.id not in settled:
+            unit = _unit(held[op[1]], op[2])
+            settled.add(unit.claim.id)
+            real.commit([unit])
+            model.commit([unit])
+        elif op[0] == "release" and op[1] < len(held):
+            real.release([held[op[1]].claim.id])
+            model.release([held[op[1]].claim.id])
+        elif op[0] == "tick":
+            now += op[1]
+        probes = [Claim("", k, 1, w) for k, w in windows.items()]
+        assert real.read(probes, now_us=now) == model.read(probes, now_us=now)
 
 
 # -- eight processes, one file -------------------------------------------------------------------
@@ -203,10 +236,17 @@ store.close()
 """
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_eight_processes_racing_for_the_last_units_take_exactly_the_limit(
-    spawn: Callable[..., subprocess.Popen[str]], tmp_path: Path
+    spawn: Callable[..., subprocess.Popen[str]],
+    tmp_path: Path,
+    kind: str,
+    request: pytest.FixtureRequest,
 ) -> None:
-    location = f"sqlite:///{tmp_path}/race.db"
+    if kind == "postgresql":
+        location = str(request.getfixturevalue("postgresql_url"))
+    else:
+        location = f"sqlite:///{tmp_path}/race.db"
     open_store(location).close()
     limit = 37
     children = [spawn(RACE_CHILD, location, "agent-wide", str(limit), "10") for _ in range(8)]
@@ -216,6 +256,7 @@ def test_eight_processes_racing_for_the_last_units_take_exactly_the_limit(
         assert child.returncode == 0, err
         kept.append(int(out))
     assert sum(kept) == limit  # 80 attempts, never one more than the limit
-    store = SQLiteStore(tmp_path / "race.db")
+    store = open_store(location)
+    assert isinstance(store, SharesCounters)
     assert store.counters().read([Claim("", "agent-wide", 1)], now_us=0) == [limit]
     store.close()

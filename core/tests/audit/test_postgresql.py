@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from charter import BlockedError, Governor, Runner
 from charter._audit.base import StoreError, is_intent_record
+from charter._audit.counters import Claim, Unit
 from charter._audit.location import open_existing_store, open_store, verify
 from charter._audit.postgresql import SCHEMA_VERSION, PostgresStore
 from charter.testing.postgresql import PostgresServer
@@ -28,7 +29,10 @@ APP_GRANTS = """
 CREATE ROLE charter_app LOGIN;
 GRANT SELECT, INSERT ON charter_records TO charter_app;
 GRANT SELECT, INSERT, UPDATE ON charter_chains TO charter_app;
+GRANT SELECT, INSERT ON charter_checkpoints TO charter_app;
 GRANT SELECT ON charter_schema_version TO charter_app;
+GRANT SELECT, INSERT, UPDATE, DELETE ON charter_counter_units, charter_counter_totals
+    TO charter_app;
 """
 
 
@@ -96,6 +100,14 @@ def test_the_app_role_may_append_and_read_but_never_change_a_record(
         app.append([make_entry("t1", "task.end", n=2)])
         assert [r["seq"] for r in app.read_task("t1")] == [1, 2, 3]
         assert app.verify().ok
+        # Shared limit counters are mutable state: the app role reserves, settles, releases.
+        assert isinstance(app, PostgresStore)
+        kept, dropped = app.counters().reserve(
+            [Claim("u1", "k", 1), Claim("u2", "k", 1)], now_us=1, hold_until_us=10**9
+        )
+        app.counters().commit([Unit(kept.claim, kept.at_us, 1)])
+        app.counters().release([dropped.claim.id])
+        assert app.counters().read([Claim("", "k", 1)], now_us=2) == [1]
     finally:
         app.close()
     app_url = _app_url(postgresql_url)
@@ -346,6 +358,52 @@ def test_buffered_durability_counts_and_reports_what_the_down_server_missed(
     records = _read(url, "t")
     assert [r["kind"] for r in records][:2] == ["task.start", "step.exec"]
     assert records[-1]["kind"] == "task.end"
+
+
+@pytest.mark.allow_internal_errors
+def test_a_shared_limit_blocks_with_the_reason_while_the_server_is_down(
+    own_server: PostgresServer,
+) -> None:
+    own_server.start()
+    url = own_server.create_database()
+    store = PostgresStore(url, timeout=0.3)
+    sends = {
+        "name": "sends",
+        "rule_type": "max_steps",
+        "severity": "critical",
+        "params": {"max": 2, "scope": "agent", "select": {"kinds": ["step.message"]}},
+    }
+    gov = Governor(Runner(policies=[sends], store=store, audit_durability="buffered"))
+
+    def send(task: str, n: int) -> str:
+        try:
+            with gov.step("step.message", "POST", name="send", input={"n": n}, task_id=task):
+                return "allow"
+        except BlockedError as exc:
+            return exc.reason
+
+    try:
+        task = gov.start_task("t")
+        assert send(task, 1) == "allow"
+        assert gov.flush(30)
+        own_server.stop()
+        down = send(task, 2)
+        # A step no shared limit counts is judged as usual (buffered: its record waits).
+        with gov.step("step.exec", name="bash", input={"command": "ls"}, task_id=task):
+            pass
+        own_server.start()
+        _wait_healthy(store)
+        again, over = send(task, 3), send(task, 4)
+        gov.end_task(task)
+        assert gov.flush(30)
+    finally:
+        gov.close(5)
+        store.close()
+    assert down.startswith(f"blocked: the shared limit counters in {store.location} could not")
+    assert "'sends' count across the agent" in down
+    # The refused reservation took nothing: the limit still had one unit left.
+    assert again == "allow"
+    assert "sends" in over and over.startswith("blocked")
 
 
 def _read(url: str, task: str) -> list[dict[str, Any]]:

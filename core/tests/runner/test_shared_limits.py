@@ -1,7 +1,7 @@
 """Limits across tasks and processes (`scope: agent`, `scope: {per: ...}`) through real
-Governors on real SQLite files: counts hold across tasks, restarts and eight racing processes,
-a counter that cannot be reserved blocks the step with the reason, and bad params are refused
-with what to write instead."""
+Governors on real SQLite files (and a PostgreSQL database for the race): counts hold across
+tasks, restarts and eight racing processes, a counter that cannot be reserved blocks the step
+with the reason, and bad params are refused with what to write instead."""
 
 from __future__ import annotations
 
@@ -256,13 +256,15 @@ print(ran)
 """
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
 def test_eight_processes_share_one_agent_limit_and_exactly_the_limit_runs(
-    tmp_path: Path, db: str
+    tmp_path: Path, db: str, kind: str, request: pytest.FixtureRequest
 ) -> None:
-    charter.open_store(db).close()
+    location = str(request.getfixturevalue("postgresql_url")) if kind == "postgresql" else db
+    charter.open_store(location).close()
     children = [
         subprocess.Popen(
-            [sys.executable, "-c", RACE, db, "20", "6"],
+            [sys.executable, "-c", RACE, location, "20", "6"],
             cwd=tmp_path,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -276,6 +278,6 @@ def test_eight_processes_share_one_agent_limit_and_exactly_the_limit_runs(
         assert child.returncode == 0, err
         ran.append(int(out))
     assert sum(ran) == 20  # 48 attempts
-    outcomes = _outcomes(db)
+    outcomes = _outcomes(location)
     assert outcomes.count("ok") == 20 and outcomes.count("blocked") == 28
-    assert charter.verify(db).ok
+    assert charter.verify(location).ok

@@ -22,10 +22,15 @@ N to N+1 under an advisory lock; a newer schema than this Charter's is refused):
     charter_chains(id identity, agent_id, task_id, head_seq, head_hash, closed)
         UNIQUE(agent_id, task_id); id gives order of first appearance. A trigger refuses
         DELETE, and an UPDATE that moves a head back, rewrites its hash or reopens a chain.
+    charter_checkpoints(id identity, agent_id, task_id, seq, body) signed heads; append-only.
+    charter_counter_units, charter_counter_totals: shared limit counters (version 3; mutable,
+        see `charter._audit.postgresql_counters`).
 
 Append-only deployment: the writers' role gets SELECT and INSERT on `charter_records`,
-SELECT, INSERT and UPDATE on `charter_chains`, SELECT on `charter_schema_version` (see the
-README); the schema is created by the first store opened by a role that may create tables.
+SELECT, INSERT and UPDATE on `charter_chains`, SELECT and INSERT on `charter_checkpoints`,
+SELECT on `charter_schema_version`, and SELECT, INSERT, UPDATE and DELETE on the two counter
+tables (see the README); the schema is created by the first store opened by a role that may
+create tables.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ from charter._audit.chain import (
     seal,
 )
 from charter._audit.checkpoint import CHECKPOINT_KEY
+from charter._audit.postgresql_counters import MIGRATION as _COUNTERS_MIGRATION
+from charter._audit.postgresql_counters import PostgresCounters
 from charter._audit.url import display_location
 from charter._audit.verify import RecordedHead, StoredRow, build_report, chains_of, check_chain
 
@@ -146,6 +153,8 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER charter_checkpoints_no_truncate BEFORE TRUNCATE ON charter_checkpoints "
         "FOR EACH STATEMENT EXECUTE FUNCTION charter_refuse_change()",
     ),
+    # Shared limit counters (mutable state, no append-only trigger: see postgresql_counters).
+    _COUNTERS_MIGRATION,
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -247,6 +256,11 @@ class PostgresStore:
         # Connections are made in the background; a server that went away meanwhile shows
         # up as a failed call, retried and reported like any other.
         self._pool.open(wait=False)
+        self._counters = PostgresCounters(self.location, self._retrying)
+
+    def counters(self) -> PostgresCounters:
+        """The shared limit counters kept in this database (see `PostgresCounters`)."""
+        return self._counters
 
     # -- schema -----------------------------------------------------------------------------
 
