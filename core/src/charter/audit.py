@@ -10,7 +10,8 @@ recompute a record's hash the way the stores do. ``is_intent_record`` tells a wr
 intent (sync durability: an allowed step's intent, stored before the step ran) from the
 step's outcome, which follows it with the same action_id. ``OtlpExporter`` sends every
 governed step as OpenTelemetry spans in the GenAI conventions (the ``otlp`` extra); pass it to
-``Governor(exporters=...)`` or set ``otlp_endpoint``.
+``Governor(exporters=...)`` or set ``otlp_endpoint``; with a signing key it sends each signed
+checkpoint too, as a ``charter.checkpoint`` span that ``checkpoints_from_spans`` rebuilds.
 
 Signed checkpoints: ``create_key_pair(path)`` writes an Ed25519 key (mode 0600) and its
 public key beside it; a runner with ``signing_key=`` signs chain heads into ``Checkpoint``s
@@ -34,7 +35,7 @@ from charter._audit.chain import ChainHead, canonical_json, entry_hash
 from charter._audit.checkpoint import Checkpoint, CheckpointExporter, JsonlCheckpointFile
 from charter._audit.location import open_store, verify
 from charter._audit.signing import KeyFileError, PublicKey, create_key_pair, load_public_key
-from charter._runtime.otlp import OtlpExporter
+from charter._runtime.otlp import OtlpExporter, checkpoints_from_spans
 
 __all__ = [
     "AuditStore",
@@ -50,6 +51,7 @@ __all__ = [
     "StoreError",
     "VerifyReport",
     "canonical_json",
+    "checkpoints_from_spans",
     "create_key_pair",
     "entry_hash",
     "is_intent_record",

@@ -13,7 +13,7 @@ from typing import Any
 import charter
 import charter.testing
 import pytest
-from charter.audit import OtlpExporter, is_intent_record
+from charter.audit import OtlpExporter, is_intent_record, verify
 from charter.testing import OtlpReceiver
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -234,6 +234,55 @@ def test_a_governed_run_arrives_at_the_receiver_as_genai_spans_linked_to_the_cha
 
     counters = gov.status()["exporters"][0]
     assert counters["spans_exported"] == 13 and counters["spans_failed"] == 0
+
+
+def test_signed_checkpoints_arrive_as_spans_a_verifier_can_rebuild_and_check(
+    receiver: OtlpReceiver, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    from charter.audit import checkpoints_from_spans, create_key_pair, load_public_key
+
+    folder = tmp_path / "keys"
+    folder.mkdir(mode=0o700)
+    pair = create_key_pair(folder / "signing")
+    location = f"sqlite:///{tmp_path}/audit.db"
+    kept = tmp_path / "kept.jsonl"
+    gov = charter.Governor(
+        policies=[],
+        audit_location=location,
+        agent_id="support-bot",
+        otlp_endpoint=receiver.endpoint,
+        signing_key=str(folder / "signing"),
+        checkpoint_file=str(kept),
+    )
+    for name in ("first", "second"):
+        with gov.task(name=name), gov.step("step.exec", name="Bash", input={"command": "ls"}):
+            pass
+    gov.close(10)
+    spans = receiver.wait_for(8)
+    carried = [s for s in spans if s["name"] == "charter.checkpoint"]
+    assert len(carried) == 2 and all(s["parent_span_id"] == "" for s in carried)
+    rebuilt = checkpoints_from_spans(spans)
+    # The same signed heads the checkpoint file holds, field for field and byte for byte.
+    lines = kept.read_text().splitlines()
+    assert [c.line().decode().rstrip("\n") for c in rebuilt] == lines
+    assert [s["attributes"]["charter.checkpoint.line"] for s in carried] == lines
+    public = load_public_key(pair.public_path)
+    assert all(public.verifies(c.signature, c.signed_bytes()) for c in rebuilt)
+    store = charter.open_store(location)
+    heads = {(t.task_id, t.steps) for t in store.list_tasks()}
+    assert {(c.task_id, c.seq) for c in rebuilt} == heads
+    store.close()
+    # Rebuilt into a file, they prove a task deleted from the store behind the fleet's back.
+    from_otlp = tmp_path / "from-otlp.jsonl"
+    from_otlp.write_bytes(b"".join(c.line() for c in rebuilt))
+    assert verify(location, keys=[public], checkpoints=[from_otlp]).ok
+    with sqlite3.connect(tmp_path / "audit.db") as db:
+        for table in ("steps", "chains", "checkpoints"):
+            db.execute(f"DELETE FROM {table} WHERE task_id = ?", (rebuilt[0].task_id,))
+    assert verify(location).ok  # without the checkpoints nothing shows
+    assert not verify(location, keys=[public], checkpoints=[from_otlp]).ok
 
 
 def _memory_governor(tmp_path: Path, **settings: Any) -> tuple[charter.Governor, Any]:

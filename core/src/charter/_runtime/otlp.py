@@ -17,7 +17,13 @@ What a trace shows:
   when it failed or was blocked;
 - under each step, the governance decision as an ``apply_guardrail Charter`` span (the GenAI
   security conventions) with one ``gen_ai.security.finding`` event per violated policy, and
-  ``charter.seq`` / ``charter.hash`` of the step's record, so a trace leads back to its chain.
+  ``charter.seq`` / ``charter.hash`` of the step's record, so a trace leads back to its chain;
+- each signed checkpoint (with a signing key) as a root span ``charter.checkpoint`` whose
+  attributes are its fields: ``charter.agent_id``, ``charter.task_id``, ``charter.seq``,
+  ``charter.hash`` (the head), ``charter.checkpoint.time``, ``charter.checkpoint.key_id`` and
+  ``charter.checkpoint.signature``, and ``charter.checkpoint.line``, its wire form as one JSON
+  line (what ``charter verify --checkpoint FILE`` reads; `checkpoints_from_spans` rebuilds
+  them from received spans).
 
 A step's span is a child of the span that was current (the OpenTelemetry context) when the step
 started, when there was one, else of its task's span. Payloads (inputs, outputs, error
@@ -38,6 +44,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from charter._audit.base import is_intent_record
+from charter._audit.checkpoint import CHECKPOINT_KEY, Checkpoint
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._runtime.internal import report_internal_error
 
@@ -49,7 +56,7 @@ if TYPE_CHECKING:
 
     from charter._runtime.settings import Settings
 
-__all__ = ["EXTRA_HINT", "OtlpExporter", "traces_url"]
+__all__ = ["CHECKPOINT_SPAN", "EXTRA_HINT", "OtlpExporter", "checkpoints_from_spans", "traces_url"]
 
 EXTRA_HINT = (
     "OTLP export needs the otlp extra: pip install 'charter[otlp]' "
@@ -57,6 +64,8 @@ EXTRA_HINT = (
 )
 
 GUARDIAN = "Charter"
+#: The name of the span that carries one signed checkpoint.
+CHECKPOINT_SPAN = "charter.checkpoint"
 _TRACES_PATH = "/v1/traces"
 _MARKS_MAX = 65_536
 _PAYLOAD_MAX = 65_536
@@ -70,6 +79,39 @@ def traces_url(endpoint: str) -> str:
     the SDK does for ``OTEL_EXPORTER_OTLP_ENDPOINT``, unless it already ends with it."""
     base = endpoint.rstrip("/")
     return base if base.endswith(_TRACES_PATH) else base + _TRACES_PATH
+
+
+def checkpoints_from_spans(spans: Sequence[Mapping[str, Any]]) -> list[Checkpoint]:
+    """The signed checkpoints carried by received spans (each a mapping with ``name`` and
+    ``attributes``, as `charter.testing.OtlpReceiver` or a collector's JSON gives them),
+    rebuilt from their field attributes; other spans are skipped. Nothing is trusted here:
+    check the signatures with the public key (``charter verify --checkpoint``).
+
+    Raises ValueError naming the span when a checkpoint span's fields are missing or bad.
+    """
+    found: list[Checkpoint] = []
+    for index, span in enumerate(spans):
+        if span.get("name") != CHECKPOINT_SPAN:
+            continue
+        attrs = span.get("attributes")
+        attrs = attrs if isinstance(attrs, Mapping) else {}
+        seq = attrs.get("charter.seq")
+        body = {
+            "agent_id": attrs.get("charter.agent_id"),
+            "task_id": attrs.get("charter.task_id"),
+            "seq": int(seq) if isinstance(seq, int | str) and str(seq).isdigit() else seq,
+            "hash": attrs.get("charter.hash"),
+            "time": attrs.get("charter.checkpoint.time"),
+            "key_id": attrs.get("charter.checkpoint.key_id"),
+            "signature": attrs.get("charter.checkpoint.signature", ""),
+        }
+        try:
+            found.append(Checkpoint.from_wire({CHECKPOINT_KEY: body}))
+        except ValueError as exc:
+            raise ValueError(
+                f"span {index + 1} ({CHECKPOINT_SPAN}) is not a checkpoint: {exc}"
+            ) from None
+    return found
 
 
 def _require() -> None:
@@ -584,6 +626,32 @@ class OtlpExporter:
                 finding["charter.details"] = _json(v.get("details"))
             span.add_event("gen_ai.security.finding", finding, timestamp=decided)
         self._ended(span, max(decided, start))
+
+    # -- signed checkpoints ----------------------------------------------------------------------
+
+    def export_checkpoints(self, checkpoints: Sequence[Checkpoint]) -> None:
+        """Send each signed checkpoint as one root span ``charter.checkpoint`` (see the module
+        docstring for its attributes); a span that cannot leave is counted like any other."""
+        if self._closed:
+            raise RuntimeError("the OTLP exporter is closed; the checkpoints were not sent")
+        from opentelemetry.context import Context
+
+        now = time.time_ns()
+        for c in checkpoints:
+            attrs: dict[str, str | int] = {
+                "charter.agent_id": c.agent_id,
+                "charter.task_id": c.task_id,
+                "charter.seq": c.seq,
+                "charter.hash": c.hash,
+                "charter.checkpoint.time": c.time,
+                "charter.checkpoint.key_id": c.key_id,
+                "charter.checkpoint.signature": c.signature,
+                "charter.checkpoint.line": c.line().decode("utf-8").rstrip("\n"),
+            }
+            span = self._tracer.start_span(
+                CHECKPOINT_SPAN, context=Context(), attributes=attrs, start_time=now
+            )
+            self._ended(span, now)
 
     # -- counting, status, shutdown ------------------------------------------------------------
 
