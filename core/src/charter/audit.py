@@ -12,6 +12,7 @@ step's outcome, which follows it with the same action_id. ``OtlpExporter`` sends
 governed step as OpenTelemetry spans in the GenAI conventions (the ``otlp`` extra); pass it to
 ``Governor(exporters=...)`` or set ``otlp_endpoint``; with a signing key it sends each signed
 checkpoint too, as a ``charter.checkpoint`` span that ``checkpoints_from_spans`` rebuilds.
+``task_trace_ids(agent_id, task_id)`` gives the trace and root span ids of a task's trace.
 
 Signed checkpoints: ``create_key_pair(path)`` writes an Ed25519 key (mode 0600) and its
 public key beside it; a runner with ``signing_key=`` signs chain heads into ``Checkpoint``s
@@ -35,7 +36,7 @@ from charter._audit.chain import ChainHead, canonical_json, entry_hash
 from charter._audit.checkpoint import Checkpoint, CheckpointExporter, JsonlCheckpointFile
 from charter._audit.location import open_store, verify
 from charter._audit.signing import KeyFileError, PublicKey, create_key_pair, load_public_key
-from charter._runtime.otlp import OtlpExporter, checkpoints_from_spans
+from charter._runtime.otlp import OtlpExporter, checkpoints_from_spans, task_trace_ids
 
 __all__ = [
     "AuditStore",
@@ -57,5 +58,6 @@ __all__ = [
     "is_intent_record",
     "load_public_key",
     "open_store",
+    "task_trace_ids",
     "verify",
 ]

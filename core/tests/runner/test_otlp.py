@@ -301,6 +301,31 @@ def _attrs(memory: Any) -> list[dict[str, Any]]:
     return [dict(s.attributes or {}) for s in memory.get_finished_spans()]
 
 
+def test_a_task_has_the_trace_its_ids_derive_with_an_applications_provider_too(
+    tmp_path: Path,
+) -> None:
+    from charter.audit import task_trace_ids
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    exporter = OtlpExporter(tracer_provider=provider)
+    gov = charter.Governor(
+        policies=[], audit_location=f"sqlite:///{tmp_path}/a.db", exporters=(exporter,)
+    )
+    task = gov.start_task("job-7")
+    with gov.step("step.exec", name="Bash", input={"command": "ls"}, task_id=task):
+        pass
+    gov.end_task(task)
+    gov.close(10)
+    trace_id, root_id = task_trace_ids("default", "job-7")
+    spans = memory.get_finished_spans()
+    assert spans and {s.context.trace_id for s in spans} == {trace_id}
+    # Charter does not own this provider's ids: the task's span hangs under the derived root.
+    (agent,) = [s for s in spans if s.name.startswith("invoke_agent")]
+    assert agent.parent is not None and agent.parent.span_id == root_id
+
+
 def test_payloads_are_off_by_default_and_nothing_of_them_leaves(tmp_path: Path) -> None:
     gov, memory = _memory_governor(tmp_path)
     with gov.task(name="t"):

@@ -26,15 +26,24 @@ What a trace shows:
   them from received spans).
 
 A step's span is a child of the span that was current (the OpenTelemetry context) when the step
-started, when there was one, else of its task's span. Payloads (inputs, outputs, error
-messages, policy details and reasons) are left out unless `payloads` is set; they are then
-the stored form, redacted as in the store. Export never changes an outcome: spans that fail
-to leave are counted (see `status`) and reported as swallowed internal errors.
+started, when there was one, else of its task's span. A task that did not start under a current
+span gets a trace id and a root span id derived from its agent and task ids (`task_trace_ids`),
+so processes that each record part of one task (a Claude Code session's hook calls) put every
+span into one trace, under the task's span: a step recorded where the task did not start is a
+child of that root all the same, and the task's closing record there becomes a ``task.end``
+span under it. (With an application's `tracer_provider`, whose id generator Charter does not
+own, the task's own span is a child of that root instead of being it.)
+
+Payloads (inputs, outputs, error messages, policy details and reasons) are left out unless
+`payloads` is set; they are then the stored form, redacted as in the store. Export never
+changes an outcome: spans that fail to leave are counted (see `status`) and reported as
+swallowed internal errors.
 """
 
 from __future__ import annotations
 
 import atexit
+import hashlib
 import json
 import os
 import threading
@@ -56,7 +65,14 @@ if TYPE_CHECKING:
 
     from charter._runtime.settings import Settings
 
-__all__ = ["CHECKPOINT_SPAN", "EXTRA_HINT", "OtlpExporter", "checkpoints_from_spans", "traces_url"]
+__all__ = [
+    "CHECKPOINT_SPAN",
+    "EXTRA_HINT",
+    "OtlpExporter",
+    "checkpoints_from_spans",
+    "task_trace_ids",
+    "traces_url",
+]
 
 EXTRA_HINT = (
     "OTLP export needs the otlp extra: pip install 'charter[otlp]' "
@@ -112,6 +128,57 @@ def checkpoints_from_spans(spans: Sequence[Mapping[str, Any]]) -> list[Checkpoin
                 f"span {index + 1} ({CHECKPOINT_SPAN}) is not a checkpoint: {exc}"
             ) from None
     return found
+
+
+def task_trace_ids(agent_id: str, task_id: str) -> tuple[int, int]:
+    """(trace id, root span id) of a task that started under no current span: a keyed
+    BLAKE2b of the agent and task ids, so every process recording the task derives the same.
+    """
+    digest = hashlib.blake2b(
+        f"{agent_id}\0{task_id}".encode(), digest_size=24, person=b"charter.trace"
+    ).digest()
+    trace_id = int.from_bytes(digest[:16], "big") or 1
+    span_id = int.from_bytes(digest[16:], "big") or 1
+    return trace_id, span_id
+
+
+def _task_root(chain: tuple[str, str]) -> Context:
+    """A context whose current span is the task's root (never ended here: a parent only)."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    trace_id, span_id = task_trace_ids(*chain)
+    root = SpanContext(trace_id, span_id, is_remote=True, trace_flags=TraceFlags(1))
+    return trace.set_span_in_context(NonRecordingSpan(root))
+
+
+def _forcing_ids() -> Any:
+    """An SDK IdGenerator that is random, except for the next span after `force(...)`."""
+    from opentelemetry.sdk.trace.id_generator import IdGenerator, RandomIdGenerator
+
+    class ForcingIds(IdGenerator):
+        def __init__(self) -> None:
+            self._random = RandomIdGenerator()
+            self._next = threading.local()
+
+        def force(self, trace_id: int, span_id: int) -> None:
+            self._next.ids = (trace_id, span_id)
+
+        def generate_trace_id(self) -> int:
+            ids = getattr(self._next, "ids", None)
+            return ids[0] if ids else self._random.generate_trace_id()
+
+        def is_trace_id_random(self) -> bool:
+            return getattr(self._next, "ids", None) is None
+
+        def generate_span_id(self) -> int:
+            ids = getattr(self._next, "ids", None)
+            if ids:
+                self._next.ids = None
+                return int(ids[1])
+            return self._random.generate_span_id()
+
+    return ForcingIds()
 
 
 def _require() -> None:
@@ -268,6 +335,7 @@ class OtlpExporter:
         self.records_failed = 0
         self.last_error = ""
         self._closed = False
+        self._ids: Any = None  # the forcing id generator of a provider this exporter owns
         if tracer_provider is not None:
             self.target = "the application's tracer provider"
             self._provider: TracerProvider | None = None
@@ -292,7 +360,10 @@ class OtlpExporter:
                 "OTEL_RESOURCE_ATTRIBUTES", ""
             ):
                 attributes["service.name"] = service_name
-            provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+            self._ids = _forcing_ids()
+            provider = TracerProvider(
+                resource=Resource.create(attributes), shutdown_on_exit=False, id_generator=self._ids
+            )
             assert span_exporter is not None
             counted: Any = _Counted(span_exporter, self)
             provider.add_span_processor(BatchSpanProcessor(counted))
@@ -395,7 +466,6 @@ class OtlpExporter:
 
     def _parent(self, chain: tuple[str, str], ctx: Context | None) -> Context:
         from opentelemetry import trace
-        from opentelemetry.context import Context
         from opentelemetry.sdk.trace import ReadableSpan
 
         with self._lock:
@@ -408,7 +478,7 @@ class OtlpExporter:
                 return ctx
             if current.span_id != task.parent.span_id:
                 return ctx
-        return trace.set_span_in_context(task) if task is not None else Context()
+        return trace.set_span_in_context(task) if task is not None else _task_root(chain)
 
     def _ended(self, span: Span, end: int) -> None:
         span.end(end_time=end)
@@ -431,7 +501,14 @@ class OtlpExporter:
             "charter.task.start_seq": record.get("seq"),
             "charter.task.start_hash": str(record.get("hash")),
         }
-        parent = ctx if ctx is not None and _has_span(ctx) else Context()
+        if ctx is not None and _has_span(ctx):
+            parent = ctx
+        elif self._ids is not None:
+            # The task's span is its trace's root, with the ids every process derives.
+            self._ids.force(*task_trace_ids(*chain))
+            parent = Context()
+        else:
+            parent = _task_root(chain)
         span = self._tracer.start_span(
             f"invoke_agent {agent}", context=parent, attributes=attrs, start_time=start
         )
@@ -446,11 +523,17 @@ class OtlpExporter:
     def _end_task(self, chain: tuple[str, str], record: Mapping[str, Any]) -> None:
         from opentelemetry.trace import Status, StatusCode
 
-        _, _, _, end = self._take(record)
+        _, start, _, end = self._take(record)
         with self._lock:
             span = self._tasks.pop(chain, None)
         if span is None:
-            return
+            # The task started in another process: its end is a span of its own in its trace.
+            span = self._tracer.start_span(
+                f"{record.get('kind')} {record.get('step_name')}",
+                context=_task_root(chain),
+                attributes={"charter.agent_id": chain[0], "charter.task_id": chain[1]},
+                start_time=start,
+            )
         meta = record.get("meta")
         final = meta.get("charter.chain") if isinstance(meta, Mapping) else None
         span.set_attributes(
