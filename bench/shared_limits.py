@@ -11,8 +11,10 @@
 3. One governed step through `Governor.step` (buffered SQLite store) with an agent-wide
    `max_steps` and the same step with the limit in the task: p50/p99, the difference being
    what counting outside the task costs a step.
-4. When CHARTER_BENCH_POSTGRESQL names a postgresql:// store whose store offers counters,
-   item 1 against it (on loopback the target is <= 2 ms p99).
+4. Items 1 and 2 against a PostgreSQL store on loopback (target: reserve p99 <= 2 ms): a
+   throwaway server in a temporary folder with fsync on, as a deployment runs, or the
+   postgresql:// store CHARTER_BENCH_POSTGRESQL names. Each reservation there is one
+   transaction that locks the counter's row, so the 8-process case measures that lock.
 """
 
 from __future__ import annotations
@@ -122,16 +124,26 @@ def main() -> None:
             figures = _pct(governed(location, scope, 2000))
             print(f"governed step, max_steps scope {scope} (buffered SQLite): {figures}")
     url = os.environ.get("CHARTER_BENCH_POSTGRESQL")
-    if url:
+    server = None
+    if not url:
+        from charter.testing.postgresql import PostgresServer
+
+        server = PostgresServer(fsync=True)
+        server.start()
+        url = server.create_database("bench")
+    try:
         pg = open_store(url)
-        if isinstance(pg, SharesCounters):
-            counters = pg.counters()
-            reservations(counters, 50, settle=False)
-            print("PostgreSQL reserve:", _pct(reservations(counters, 2000, settle=False)))
-            print("PostgreSQL reserve + commit:", _pct(reservations(counters, 1000, settle=True)))
-        else:
-            print(f"PostgreSQL: {pg.location} offers no shared counters yet")
+        assert isinstance(pg, SharesCounters)
+        counters = pg.counters()
+        reservations(counters, 50, settle=False)
+        print("PostgreSQL reserve:", _pct(reservations(counters, 2000, settle=False)))
+        print("PostgreSQL reserve + commit:", _pct(reservations(counters, 1000, settle=True)))
         pg.close()
+        print("PostgreSQL reserve, 8 processes at once:", _pct(contended(url, 8, 300)))
+        print(f"machine load (1 min) after: {os.getloadavg()[0]:.2f}")
+    finally:
+        if server is not None:
+            server.remove()
 
 
 if __name__ == "__main__":
