@@ -3,14 +3,16 @@ figures, asserts nothing.
 
     uv run python bench/pg_append.py
 
-Starts a throwaway PostgreSQL server in a temporary folder (fsync on, as a deployment
-would run), then 8 processes that each open the store and, once all are ready, append
-2,500 records of about 600 bytes in batches of 100 (the buffered writer's batches, which
-take up to 500): 6 processes to chains of their own, 2 to one shared chain (so its head row
-lock is contended). Printed: records/s over the whole run (first append to last commit,
-target >= 15,000), appends/s, and the verify result. Figures depend heavily on the
-machine's load; on a 2-core machine the writers, their hashing and the server share it.
-"""
+Starts a throwaway PostgreSQL server in a temporary folder (fsync on, as a deployment would
+run), then 8 processes that each open the store and, once all are ready, append 2,500 records
+of about 600 bytes in batches of 100 (the buffered writer's batches, which take up to 500): 6
+processes to chains of their own, 2 to one shared chain (so its head row lock is contended).
+The 6 writers' records carry the seq their writer assigned, as a runner's do (one runner per
+task), so a writer that knows its chain's head appends in one statement; the 2 on the shared
+chain leave seq to the store and lock the head each time. Printed: records/s over the whole
+run (first append to last commit, target >= 15,000), appends/s, and the verify result. Figures
+depend heavily on the machine's load; on a 2-core machine the writers, their hashing and the
+server share it."""
 
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ while done < count:
             "verb": "tool.call", "step_name": "search",
             "input": {"query": f"q{done + i}", "text": "x" * 400}, "output": {"ok": True},
             "properties": {"cost": 0.001}, "meta": {"charter.eval": {"decision": "allow"}},
+            **({} if task == "shared" else {"seq": 1 + done + i}),
         }
         for i in range(size)
     ])

@@ -273,6 +273,52 @@ def test_a_commit_whose_answer_was_lost_is_not_written_twice(
     assert len(pg.read_task("t1")) == 4
 
 
+def test_an_answer_lost_after_a_one_statement_append_is_not_written_twice(
+    pg: PostgresStore, make_entry: EntryFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The writer knows its chain's head after its first append: the next one is a single
+    # statement that commits by itself, whose answer is lost here.
+    pg.append([{**make_entry("t1", n=0), "seq": 1}])
+    real_fetchall = psycopg.Cursor.fetchall
+    lost: list[bool] = []
+
+    def fetch_then_lose_the_answer(self: psycopg.Cursor[Any]) -> list[Any]:
+        rows = real_fetchall(self)
+        if not lost and b"charter_append" in (self._query.query if self._query else b""):
+            lost.append(True)
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return rows
+
+    monkeypatch.setattr(psycopg.Cursor, "fetchall", fetch_then_lose_the_answer)
+    chained = pg.append([{**make_entry("t1", n=n), "seq": n + 1} for n in (1, 2)])
+    monkeypatch.undo()
+    assert lost and [r["seq"] for r in chained] == [2, 3]
+    assert pg.read_task("t1")[1:] == chained
+    assert pg.verify().ok
+
+
+def test_a_head_another_writer_moved_is_read_again_before_chaining(
+    pg: PostgresStore, postgresql_url: str, make_entry: EntryFactory
+) -> None:
+    other = PostgresStore(postgresql_url)
+    try:
+        pg.append([{**make_entry("t1", n=0), "seq": 1}])  # pg now knows head 1
+        other.append([{**make_entry("t1", n=1), "seq": 2}])
+        # pg's guess (head 1) is stale: seq 3 is chained onto the real head 2.
+        (third,) = pg.append([{**make_entry("t1", n=2), "seq": 3}])
+        assert third["prev_hash"] == pg.read_task("t1")[1]["hash"]
+        # other's guess (head 2) is stale too: its seq 3 is refused, as at or below the head.
+        with pytest.raises(StoreError, match="not above"):
+            other.append([{**make_entry("t1", n=5), "seq": 3}])
+        other.append([{**make_entry("t1", "task.end", n=3), "seq": 4}])
+        with pytest.raises(StoreError, match="closed"):
+            pg.append([{**make_entry("t1", n=4), "seq": 5}])
+    finally:
+        other.close()
+    assert [r["seq"] for r in pg.read_task("t1")] == [1, 2, 3, 4]
+    assert pg.verify().ok
+
+
 @pytest.fixture(scope="module")
 def own_server() -> Iterator[PostgresServer]:
     """A server of these tests' own, which they stop and start."""

@@ -4,7 +4,11 @@ Same contract as the SQLite store. An append is one transaction: it locks the he
 the chains it touches in `charter_chains` (creating a new chain's row, in key order so two
 writers cannot deadlock), chains the records onto those heads, inserts them all with one
 statement and advances the heads, then commits. The head row lock serialises the appends
-to one chain across processes and machines; appends to other chains run in parallel.
+to one chain across processes and machines; appends to other chains run in parallel. A batch
+whose records carry their writer-assigned seqs, onto heads this process last wrote, is one
+statement instead (`charter_append`, schema version 3): it locks the same rows, checks the
+heads are still those the batch was sealed onto, and writes, as its own transaction; when a
+head moved, it writes nothing and the batch takes the locking path above.
 
 A lost connection or an unreachable server is retried (a few attempts, each waiting up to
 the URL's ``connect_timeout``, default 5 s) and then raised as StoreError, which the runner
@@ -35,6 +39,7 @@ create tables.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -102,6 +107,39 @@ BEGIN
         USING ERRCODE = 'insufficient_privilege';
 END $$"""
 
+# An append onto heads the writer knows (`expected`), as one statement: it locks those heads
+# (creating where missing, in the order given) and, when each still is what the writer sealed
+# onto, inserts the records and moves the heads; it returns no row. Otherwise it writes
+# nothing and returns the heads as they are, and the writer chains the batch again.
+_APPEND_FUNCTION = """CREATE FUNCTION charter_append(
+    e_agents text[], e_tasks text[], e_seqs bigint[], e_hashes text[],
+    r_agents text[], r_tasks text[], r_seqs bigint[], r_hashes text[], r_prev text[],
+    r_kinds text[], r_times text[], r_bodies text[],
+    h_agents text[], h_tasks text[], h_seqs bigint[], h_hashes text[], h_closed boolean[])
+RETURNS TABLE (o_agent text, o_task text, o_seq bigint, o_hash text, o_closed boolean)
+LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    RETURN QUERY WITH locked AS (
+        INSERT INTO charter_chains AS c (agent_id, task_id, head_seq, head_hash, closed)
+        SELECT a, t, 0, NULL, false FROM unnest(e_agents, e_tasks) WITH ORDINALITY
+            AS k(a, t, n) ORDER BY n
+        ON CONFLICT (agent_id, task_id) DO UPDATE SET head_seq = c.head_seq
+        RETURNING c.agent_id, c.task_id, c.head_seq, c.head_hash, c.closed)
+    SELECT l.agent_id, l.task_id, l.head_seq, l.head_hash, l.closed FROM locked l
+    JOIN unnest(e_agents, e_tasks, e_seqs, e_hashes) AS e(a, t, s, h)
+        ON l.agent_id = e.a AND l.task_id = e.t
+    WHERE l.head_seq <> e.s OR l.head_hash IS DISTINCT FROM e.h OR l.closed;
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    INSERT INTO charter_records (agent_id, task_id, seq, hash, prev_hash, kind, "timestamp", body)
+    SELECT a, t, s, h, p, k, ts, b FROM unnest(r_agents, r_tasks, r_seqs, r_hashes, r_prev,
+        r_kinds, r_times, r_bodies) WITH ORDINALITY AS r(a, t, s, h, p, k, ts, b, n) ORDER BY n;
+    UPDATE charter_chains c SET head_seq = v.s, head_hash = v.h, closed = v.c
+    FROM unnest(h_agents, h_tasks, h_seqs, h_hashes, h_closed) AS v(a, t, s, h, c)
+    WHERE c.agent_id = v.a AND c.task_id = v.t;
+END $$"""
+
 # _MIGRATIONS[n] brings a store from schema version n to n + 1 (0: an empty database).
 _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (
@@ -153,8 +191,9 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE TRIGGER charter_checkpoints_no_truncate BEFORE TRUNCATE ON charter_checkpoints "
         "FOR EACH STATEMENT EXECUTE FUNCTION charter_refuse_change()",
     ),
-    # Shared limit counters (mutable state, no append-only trigger: see postgresql_counters).
-    _COUNTERS_MIGRATION,
+    # Shared limit counters (mutable state, no append-only trigger: see postgresql_counters),
+    # and the one-statement append onto heads the writer already knows.
+    (*_COUNTERS_MIGRATION, _APPEND_FUNCTION),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -176,6 +215,15 @@ _WRITE = (
     "FROM unnest(%b::text[], %b::text[], %b::bigint[], %b::text[], %b::bool[]) "
     "AS v(a, t, s, h, c) WHERE c.agent_id = v.a AND c.task_id = v.t"
 )
+_APPEND_KNOWN = (
+    "SELECT o_agent, o_task, o_seq, o_hash, o_closed FROM charter_append("
+    "%b::text[], %b::text[], %b::bigint[], %b::text[], %b::text[], %b::text[], %b::bigint[], "
+    "%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[], "
+    "%b::bigint[], %b::text[], %b::bool[])"
+)
+# Chain heads remembered per process, so a writer's next append to its own chain is one
+# statement; bounded (the oldest is forgotten), and only ever a guess the database checks.
+_KNOWN_HEADS = 4096
 _STORED = (
     "SELECT r.agent_id, r.task_id, r.seq, r.prev_hash, r.hash, r.body FROM charter_records r "
     "JOIN unnest(%b::text[], %b::text[], %b::bigint[]) AS k(a, t, s) "
@@ -225,6 +273,7 @@ class PostgresStore:
         self._timeout = timeout if timeout is not None and timeout > 0 else _timeout_of(url)
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._heads: dict[tuple[str, str], tuple[ChainHead, bool]] = {}
         self.reconnects = 0
         connect_kwargs: dict[str, Any] = {"application_name": "charter"}
         if "connect_timeout" not in url:
@@ -378,10 +427,63 @@ class PostgresStore:
         retry: bool,
     ) -> list[dict[str, Any]]:
         keys = sorted({(item.agent_id, item.task_id) for item in prepared})
+        # Only a batch whose seqs its writer assigned (as the runner's are) can take the
+        # one-statement path: the write is its own commit, so a lost answer is told from a
+        # lost commit only by finding the records, by seq, on the retry.
+        if not retry and all(item.seq is not None for item in prepared):
+            with self._lock:
+                known = {key: self._heads[key] for key in keys if key in self._heads}
+            if len(known) == len(keys):
+                done = self._append_known(conn, prepared, keys, known)
+                if done is not None:
+                    return done
         # Pipeline mode: BEGIN travels with the lock, and COMMIT with the write, so an append
         # costs two round trips.
         with conn.pipeline():
             return self._append_in(conn, prepared, retry, keys)
+
+    def _remember(self, heads: Mapping[tuple[str, str], tuple[ChainHead, bool]]) -> None:
+        with self._lock:
+            for key, head in heads.items():
+                self._heads.pop(key, None)
+                self._heads[key] = head
+            while len(self._heads) > _KNOWN_HEADS:
+                del self._heads[next(iter(self._heads))]
+
+    def _append_known(
+        self,
+        conn: psycopg.Connection[tuple[Any, ...]],
+        prepared: list[PreparedEntry],
+        keys: list[tuple[str, str]],
+        known: dict[tuple[str, str], tuple[ChainHead, bool]],
+    ) -> list[dict[str, Any]] | None:
+        """Append onto the heads this process last saw, in one statement that is its own
+        transaction; None (nothing written) when a head moved meanwhile."""
+        expected = [(a, t, known[(a, t)][0].seq, known[(a, t)][0].hash) for a, t in keys]
+        heads = dict(known)
+        columns, chained = self._chain(prepared, heads)
+        moved = [(a, t, h.seq, h.hash, c) for (a, t), (h, c) in heads.items()]
+        params = (
+            *(list(column) for column in zip(*expected, strict=True)),
+            *columns,
+            *(list(column) for column in zip(*moved, strict=True)),
+        )
+        conn.autocommit = True
+        try:
+            found = conn.execute(_APPEND_KNOWN, params).fetchall()
+        except psycopg.IntegrityError as exc:
+            raise StoreError(
+                f"audit store {self.location} refused the batch ({_reason(exc)}): its chains "
+                "table disagrees with the stored records (run verify); nothing was written"
+            ) from None
+        finally:
+            with contextlib.suppress(psycopg.Error):
+                conn.autocommit = False
+        if found:
+            self._remember({(a, t): (ChainHead(seq, h), closed) for a, t, seq, h, closed in found})
+            return None
+        self._remember(heads)
+        return chained
 
     def _append_in(
         self,
@@ -397,7 +499,33 @@ class PostgresStore:
             if stored is not None:
                 conn.rollback()
                 return stored
+        columns, chained = self._chain(prepared, heads)
+        moved = [(a, t, h.seq, h.hash, c) for (a, t), (h, c) in heads.items()]
+        head_columns = tuple(list(column) for column in zip(*moved, strict=True))
+        try:
+            conn.execute(_WRITE, (*columns, *head_columns))
+            conn.commit()
+            self._remember(heads)
+        except psycopg.IntegrityError as exc:
+            raise StoreError(
+                f"audit store {self.location} refused the batch ({_reason(exc)}): its chains "
+                "table disagrees with the stored records (run verify); nothing was written"
+            ) from None
+        except psycopg.OperationalError as exc:
+            if all(item.seq is not None for item in prepared):
+                raise  # retried: the next attempt finds the batch if it was stored
+            raise _CommitUnknown(_reason(exc)) from None
+        return chained
+
+    def _chain(
+        self,
+        prepared: list[PreparedEntry],
+        heads: dict[tuple[str, str], tuple[ChainHead, bool]],
+    ) -> tuple[tuple[list[Any], ...], list[dict[str, Any]]]:
+        """Seal `prepared` onto `heads` (moved forward in place): the statement's columns and
+        the chained records. Raises StoreError for a closed chain or a seq not above its head."""
         columns: tuple[list[Any], ...] = ([], [], [], [], [], [], [], [])
+        agents, tasks, seqs, hashes, prevs, kinds, times, bodies = columns
         chained: list[dict[str, Any]] = []
         for item in prepared:
             key = (item.agent_id, item.task_id)
@@ -410,34 +538,16 @@ class PostgresStore:
             sealed = seal(item, head)
             heads[key] = (ChainHead(sealed.seq, sealed.hash), item.closing)
             record = sealed.entry
-            values = (
-                item.agent_id,
-                item.task_id,
-                sealed.seq,
-                sealed.hash,
-                head.hash,
-                record["kind"],
-                record["timestamp"],
-                sealed.body.decode("utf-8"),
-            )
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
+            agents.append(item.agent_id)
+            tasks.append(item.task_id)
+            seqs.append(sealed.seq)
+            hashes.append(sealed.hash)
+            prevs.append(head.hash)
+            kinds.append(record["kind"])
+            times.append(record["timestamp"])
+            bodies.append(sealed.body.decode("utf-8"))
             chained.append(record)
-        moved = [(a, t, h.seq, h.hash, c) for (a, t), (h, c) in heads.items()]
-        head_columns = tuple(list(column) for column in zip(*moved, strict=True))
-        try:
-            conn.execute(_WRITE, (*columns, *head_columns))
-            conn.commit()
-        except psycopg.IntegrityError as exc:
-            raise StoreError(
-                f"audit store {self.location} refused the batch ({_reason(exc)}): its chains "
-                "table disagrees with the stored records (run verify); nothing was written"
-            ) from None
-        except psycopg.OperationalError as exc:
-            if all(item.seq is not None for item in prepared):
-                raise  # retried: the next attempt finds the batch if it was stored
-            raise _CommitUnknown(_reason(exc)) from None
-        return chained
+        return columns, chained
 
     @staticmethod
     def _stored_already(
