@@ -99,6 +99,10 @@ def test_the_app_role_may_append_and_read_but_never_change_a_record(
         app.append([make_entry("t1", n=0), make_entry("t1", n=1)])
         app.append([make_entry("t1", "task.end", n=2)])
         assert [r["seq"] for r in app.read_task("t1")] == [1, 2, 3]
+        # Writer-assigned seqs onto a head the role just wrote: the one-statement append.
+        app.append([{**make_entry("t2", n=0), "seq": 1}])
+        app.append([{**make_entry("t2", n=1), "seq": 2}])
+        assert [r["seq"] for r in app.read_task("t2")] == [1, 2]
         assert app.verify().ok
         # Shared limit counters are mutable state: the app role reserves, settles, releases.
         assert isinstance(app, PostgresStore)
