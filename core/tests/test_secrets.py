@@ -16,11 +16,15 @@ from typing import Any
 import pytest
 import re2
 from charter._policy.secrets import (
+    _ANCHORS,
+    _HEX_RUN_SHAPES,
+    _TOKEN_RUN_SHAPES,
     SECRET_SHAPES,
     SecretFinding,
     SecretShape,
     _all_shapes_scanner,
     _combined,
+    _may_contain,
     _without_captures,
     contains_secret,
     find_secrets,
@@ -582,3 +586,94 @@ def test_masking_is_idempotent_and_leaves_no_findings(text: str) -> None:
     assert find_secrets(masked) == []
     assert mask_secrets(masked) == (masked, 0)
     assert (count == 0) == (masked == text)
+
+
+# --- the pre-filter: a fresh process compiles the scanner only for a text that may hold one ---
+
+
+def _scanner_finds(text: str) -> bool:
+    assert _all_shapes_scanner().detector is not None  # compiled: scans read the text in full
+    return bool(find_secrets(text)) or contains_secret(text)
+
+
+def test_every_shape_has_a_pre_filter_rule() -> None:
+    ruled = set(_ANCHORS) | _HEX_RUN_SHAPES | _TOKEN_RUN_SHAPES
+    assert ruled == set(shape_names())
+    assert all(a == a.lower() and a for anchors in _ANCHORS.values() for a in anchors)
+
+
+def test_no_latin1_character_folds_to_an_ascii_letter() -> None:
+    # Why lowering a decoded base64 blob (Latin-1 text) keeps every case-insensitive match.
+    letter = re2.compile("(?i)[a-z]")
+    assert [hex(c) for c in range(0x80, 0x100) if letter.search(chr(c))] == []
+
+
+@pytest.mark.parametrize("sample", ALL_POSITIVE, ids=_describe)
+def test_every_sample_passes_the_pre_filter(sample: Sample) -> None:
+    assert _may_contain(sample.text)
+    for pad in ("", "x", "xy"):
+        encoded = base64.b64encode(f"{pad} {sample.text} y".encode()).decode()
+        if _scanner_finds(f"data {encoded} end"):  # found once decoded
+            assert _may_contain(f"data {encoded} end")
+
+
+_SHAPE_INDEX = st.integers(0, len(SECRET_SHAPES) - 1)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_SHAPE_INDEX, st.data())
+def test_text_matching_a_shape_passes_the_pre_filter(index: int, data: st.DataObject) -> None:
+    # Python's re reads every shape's pattern alike (tested in test_every_pattern_...),
+    # so hypothesis writes texts that each shape matches, with anything around them.
+    shape = SECRET_SHAPES[index]
+    text = data.draw(st.from_regex(shape.pattern), label=shape.name)
+    assert _may_contain(text), shape.name
+    encoded = f"blob {base64.b64encode(text.encode()).decode()} ."
+    if _scanner_finds(encoded):
+        assert _may_contain(encoded), shape.name
+
+
+def _near_misses(draw: st.DrawFn) -> str:
+    """A text one edit away from a match of some shape, or a sample: where a pre-filter
+    that forgot a case would let a secret through."""
+    if draw(st.booleans()):
+        text = draw(st.from_regex(SECRET_SHAPES[draw(_SHAPE_INDEX)].pattern))
+    else:
+        text = draw(st.sampled_from(ALL_POSITIVE)).text
+    if not text:
+        return text
+    at = draw(st.integers(0, len(text) - 1))
+    edit = draw(st.sampled_from(["drop", "swap", "case"]))
+    if edit == "drop":
+        return text[:at] + text[at + 1 :]
+    if edit == "case":
+        return text[:at] + text[at].swapcase() + text[at + 1 :]
+    return text[:at] + draw(st.sampled_from('aZ9_-.:=/+ ~"Q')) + text[at + 1 :]
+
+
+_ASCII_TEXT = st.text(st.characters(min_codepoint=0x20, max_codepoint=0x7E), max_size=200)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(st.text(), _ASCII_TEXT, _MIXED_TEXT, st.composite(_near_misses)()))
+def test_a_text_the_pre_filter_rejects_holds_no_secret(text: str) -> None:
+    if not _may_contain(text):
+        assert not _scanner_finds(text), text
+        encoded = base64.b64encode(text.encode()).decode()
+        if not _may_contain(encoded):
+            assert not _scanner_finds(encoded)
+
+
+def test_a_fresh_process_compiles_the_scanner_only_for_a_candidate() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "from charter._policy import secrets as s\n"
+        "quiet = s.contains_secret('ls -la src/module_12.py && git status')\n"
+        "before = s._all_shapes_scanner().compiled\n"
+        f"loud = s.contains_secret({SAMPLES[0].text!r})\n"
+        "print(quiet, before, loud, s._all_shapes_scanner().compiled)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", "True", "True"]

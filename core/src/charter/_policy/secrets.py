@@ -670,13 +670,26 @@ class _Scanner:
     that shape's own small regex.
     """
 
-    __slots__ = ("_names", "detector")
+    __slots__ = ("_detector", "_names")
 
     def __init__(self, names: tuple[str, ...]) -> None:
-        import re2
-
         self._names = names
-        self.detector: Any = re2.compile(_without_captures(_combined(names)), _options())
+        self._detector: Any = None
+
+    @property
+    def compiled(self) -> bool:
+        """Whether the detector is built; until it is, scans ask `_may_contain` first."""
+        return self._detector is not None
+
+    @property
+    def detector(self) -> Any:
+        """The combined alternation, compiled on first use (the expensive part of a scan
+        in a fresh process)."""
+        if self._detector is None:
+            import re2
+
+            self._detector = re2.compile(_without_captures(_combined(self._names)), _options())
+        return self._detector
 
     def _identify(self, text: str, start: int, end: int) -> tuple[str, Any, int]:
         """The shape whose alternative the detector matched at ``text[start:end]``.
@@ -910,6 +923,141 @@ def _merge(literal: list[SecretFinding], encoded: list[SecretFinding]) -> list[S
     return out
 
 
+# --- the pre-filter ------------------------------------------------------------------------
+#
+# Compiling the scanner costs a fresh process (a Claude Code hook call) tens of milliseconds,
+# and most texts hold no secret. So until a scanner is compiled, a text is first read by
+# `_may_contain`, a necessary condition of every shape made of substring tests and
+# character runs (C loops, linear in the text): when it is false, no shape can match the
+# text, nor the text decoded, and the scanner is never built. Every shape lists below what
+# any match of it must contain (lower case: the text is lowered first, which keeps every
+# case-insensitive match and every case-sensitive one). `core/tests/test_secrets.py` checks
+# this against text generated from each shape's own pattern and against every sample.
+
+# Each entry: the substrings of which a match of that shape contains at least one.
+_ANCHORS: dict[str, tuple[str, ...]] = {
+    "ssh_private_key": ("private key", "putty-user-key-file-"),
+    "private_key_block": ("private key",),
+    "gcp_private_key_id": ("private_key_id",),
+    "aws_access_key_id": ("akia", "asia", "abia", "acca", "a3t"),
+    "aws_secret_access_key": ("secret",),
+    "google_api_key": ("aiza",),
+    "google_oauth_client_secret": ("gocspx-",),
+    "google_oauth_access_token": ("ya29.",),
+    "azure_storage_key": ("accountkey", "sharedaccesskey", "sharedsecret"),
+    "azure_sas_signature": ("sig=",),
+    "azure_ad_client_secret": ("q~",),
+    "github_token": ("ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"),
+    "gitlab_token": (
+        *(f"{p}-" for p in ("glpat", "gldt", "glrt", "glptt", "glcbt", "glft", "glimt")),
+        "glsoat-",
+        "gloas-",
+        "gr1348941",
+    ),
+    "slack_token": ("xox", "xapp-"),
+    "slack_webhook_url": ("hooks.slack.com/",),
+    "discord_webhook_url": ("/api/webhooks/",),
+    "stripe_key": ("k_live_", "k_test_"),
+    "stripe_webhook_secret": ("whsec_",),
+    "anthropic_api_key": ("sk-ant-",),
+    "openai_api_key": ("sk-",),
+    "groq_api_key": ("gsk_",),
+    "xai_api_key": ("xai-",),
+    "perplexity_api_key": ("pplx-",),
+    "replicate_api_token": ("r8_",),
+    "huggingface_token": ("hf_",),
+    "npm_token": ("npm_",),
+    "npmrc_auth_token": ("_auth", "_password"),
+    "pypi_token": ("pypi-age",),
+    "sendgrid_api_key": ("sg.",),
+    "mailgun_api_key": ("key-",),
+    "telegram_bot_token": (":aa",),
+    "shopify_token": ("shpat_", "shpca_", "shppa_", "shpss_"),
+    "square_token": ("eaaa", "sq0atp-", "sq0csp-"),
+    "digitalocean_token": ("_v1_",),
+    "heroku_api_key": ("heroku", "hrku-"),
+    "databricks_token": ("dapi",),
+    "atlassian_api_token": ("atatt3", "atctt3"),
+    "hashicorp_vault_token": ("hvs.", "hvb.", "hvr."),
+    "terraform_cloud_token": (".atlasv1.",),
+    "postman_api_key": ("pmak-",),
+    "age_secret_key": ("age-secret-key-1",),
+    "grafana_token": ("glsa_", "glc_"),
+    "newrelic_api_key": ("nrak-",),
+    "sentry_auth_token": ("sntrys_", "sntrus_"),
+    "linear_api_key": ("lin_api_",),
+    "doppler_token": ("dp.",),
+    "mapbox_secret_token": ("sk.eyj",),
+    "notion_token": ("secret_", "ntn_"),
+    "supabase_token": ("sbp_",),
+    "pulumi_token": ("pul-",),
+    "onepassword_service_token": ("ops_eyj",),
+    "jwt": ("eyj",),
+    "bearer_token": ("authorization",),
+    "basic_auth_header": ("authorization",),
+    "curl_user_password": ("curl",),
+    "mysql_cli_password": ("mysql",),
+    "database_connection_string": ("://",),
+    "url_credentials": ("://",),
+    "password_assignment": ("pass", "pwd"),
+    "secret_assignment": (
+        "secret",
+        *(
+            f"{word}{sep}key"
+            for word in ("private", "signing", "encryption", "decryption", "master")
+            for sep in ("", "_", "-")
+        ),
+    ),
+    "api_key_assignment": tuple(
+        f"{word}{sep}key"
+        for word in ("api", "access", "app", "auth", "subscription")
+        for sep in ("", "_", "-")
+    ),
+    "token_assignment": ("token",),
+}
+# Shapes with no literal of their own, read by the runs of characters they need instead:
+# 32 hex digits (Twilio, Mailchimp, Airtable's 64), or a 24-character base64url run before
+# a dot (a Discord bot token's first segment).
+_HEX_RUN_SHAPES = frozenset({"twilio_key", "mailchimp_api_key", "airtable_token"})
+_TOKEN_RUN_SHAPES = frozenset({"discord_bot_token"})
+_HEX_RUN = 32
+_TOKEN_RUN = 24
+_ALL_ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for v in _ANCHORS.values() for a in v))
+# translate tables: the run's characters kept, every other character a space.
+_HEX_ONLY = {c: (c if chr(c) in "0123456789abcdef" else 0x20) for c in range(256)}
+_TOKEN_ONLY = {
+    c: (c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789_-" else 0x20) for c in range(256)
+}
+
+
+def _has_run(lowered: str, table: dict[int, int], length: int) -> bool:
+    return any(len(word) >= length for word in lowered.translate(table).split())
+
+
+def _literal_may_match(text: str) -> bool:
+    """Whether some shape may match `text` itself (every character at most U+00FF: no
+    character there folds to an ASCII letter, so lowering keeps every case-insensitive
+    match)."""
+    lowered = text.lower()
+    if any(anchor in lowered for anchor in _ALL_ANCHORS):
+        return True
+    if _has_run(lowered, _HEX_ONLY, _HEX_RUN):
+        return True
+    return "." in lowered and _has_run(lowered, _TOKEN_ONLY, _TOKEN_RUN)
+
+
+def _may_contain(text: str) -> bool:
+    """False only when no shape can match `text`, nor the text with percent-escapes or
+    invisible characters decoded, nor its base64 runs decoded: then `find_secrets` finds
+    nothing and `contains_secret` is False, whatever shapes they are asked for."""
+    if "%" in text or not text.isascii():
+        return True  # decoding may join or reveal anything: left to the scanner
+    if _literal_may_match(text):
+        return True
+    blob = _base64_blob(text)
+    return bool(blob) and _literal_may_match(blob)
+
+
 def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[SecretFinding]:
     """Secrets in ``text``, non-overlapping and ordered by start.
 
@@ -922,6 +1070,8 @@ def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[Secre
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
         return []
+    if not scanner.compiled and not _may_contain(text):
+        return []
     text = _encodable(text)
     return _merge(scanner.findall(text), _encoded(text, scanner))
 
@@ -931,6 +1081,8 @@ def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
     ones included (see `find_secrets`)."""
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
+        return False
+    if not scanner.compiled and not _may_contain(text):
         return False
     text = _encodable(text)
     return scanner.detector.search(text) is not None or any(_may_hide(text, scanner))
