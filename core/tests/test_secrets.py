@@ -17,8 +17,8 @@ import pytest
 import re2
 from charter._policy.secrets import (
     _ANCHORS,
+    _DOTTED_SHAPES,
     _HEX_RUN_SHAPES,
-    _TOKEN_RUN_SHAPES,
     SECRET_SHAPES,
     SecretFinding,
     SecretShape,
@@ -597,7 +597,7 @@ def _scanner_finds(text: str) -> bool:
 
 
 def test_every_shape_has_a_pre_filter_rule() -> None:
-    ruled = set(_ANCHORS) | _HEX_RUN_SHAPES | _TOKEN_RUN_SHAPES
+    ruled = set(_ANCHORS) | _HEX_RUN_SHAPES | _DOTTED_SHAPES
     assert ruled == set(shape_names())
     assert all(a == a.lower() and a for anchors in _ANCHORS.values() for a in anchors)
 

@@ -1016,22 +1016,34 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
     "token_assignment": ("token",),
 }
 # Shapes with no literal of their own, read by the runs of characters they need instead:
-# 32 hex digits (Twilio, Mailchimp, Airtable's 64), or a 24-character base64url run before
-# a dot (a Discord bot token's first segment).
+# 32 hex digits (Twilio, Mailchimp, Airtable's 64), or three dot-separated base64url
+# segments of at least 24, exactly 6 and at least 27 characters (a Discord bot token).
 _HEX_RUN_SHAPES = frozenset({"twilio_key", "mailchimp_api_key", "airtable_token"})
-_TOKEN_RUN_SHAPES = frozenset({"discord_bot_token"})
+_DOTTED_SHAPES = frozenset({"discord_bot_token"})
 _HEX_RUN = 32
-_TOKEN_RUN = 24
 _ALL_ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for v in _ANCHORS.values() for a in v))
 # translate tables: the run's characters kept, every other character a space.
 _HEX_ONLY = {c: (c if chr(c) in "0123456789abcdef" else 0x20) for c in range(256)}
-_TOKEN_ONLY = {
-    c: (c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789_-" else 0x20) for c in range(256)
+_DOTTED_ONLY = {
+    c: (c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789_-." else 0x20) for c in range(256)
 }
 
 
-def _has_run(lowered: str, table: dict[int, int], length: int) -> bool:
-    return any(len(word) >= length for word in lowered.translate(table).split())
+def _has_hex_run(lowered: str) -> bool:
+    return any(len(word) >= _HEX_RUN for word in lowered.translate(_HEX_ONLY).split())
+
+
+def _has_dotted_token(lowered: str) -> bool:
+    """Whether `lowered` has segments of [a-z0-9_-] of 24+, 6 and 27+ characters joined by
+    dots, as every Discord bot token has (the middle segment sits between two dots)."""
+    for word in lowered.translate(_DOTTED_ONLY).split():
+        if len(word) < 59 or word.count(".") < 2:
+            continue
+        parts = word.split(".")
+        for i in range(len(parts) - 2):
+            if len(parts[i]) >= 24 and len(parts[i + 1]) == 6 and len(parts[i + 2]) >= 27:
+                return True
+    return False
 
 
 def _literal_may_match(text: str) -> bool:
@@ -1041,9 +1053,7 @@ def _literal_may_match(text: str) -> bool:
     lowered = text.lower()
     if any(anchor in lowered for anchor in _ALL_ANCHORS):
         return True
-    if _has_run(lowered, _HEX_ONLY, _HEX_RUN):
-        return True
-    return "." in lowered and _has_run(lowered, _TOKEN_ONLY, _TOKEN_RUN)
+    return _has_hex_run(lowered) or _has_dotted_token(lowered)
 
 
 def _may_contain(text: str) -> bool:
