@@ -14,6 +14,9 @@ walks through a whole one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from charter._model.behavior import CLOSING_KINDS
 from charter._runtime.gate import (
     CLAIM_KEY,
@@ -33,17 +36,6 @@ from charter._runtime.gate import (
     run_task_id,
 )
 from charter._runtime.governor import StepHandle
-from charter._runtime.models import (
-    ModelCall,
-    ModelClient,
-    ModelReply,
-    ToolCall,
-    ToolResult,
-    ToolVerdict,
-    remember_verdicts,
-    tool_call,
-    tool_verdicts,
-)
 from charter._runtime.steps import (
     ROLES,
     Step,
@@ -56,6 +48,46 @@ from charter._runtime.steps import (
     tool_step,
     usage,
 )
+
+if _TYPE_CHECKING:
+    from charter._runtime.models import (
+        ModelCall,
+        ModelClient,
+        ModelReply,
+        ToolCall,
+        ToolResult,
+        ToolVerdict,
+        remember_verdicts,
+        tool_call,
+        tool_verdicts,
+    )
+
+# The model-client lifecycle is imported on first use: an integration that never calls a
+# model (a Claude Code hook process, whose whole lifetime is the user's wait) skips it.
+_MODELS = frozenset(
+    {
+        "ModelCall",
+        "ModelClient",
+        "ModelReply",
+        "ToolCall",
+        "ToolResult",
+        "ToolVerdict",
+        "remember_verdicts",
+        "tool_call",
+        "tool_verdicts",
+    }
+)
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _MODELS:
+        from charter._runtime import models
+
+        value = getattr(models, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "CLAIM_KEY",

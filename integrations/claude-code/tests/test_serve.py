@@ -268,3 +268,32 @@ def test_session_start_starts_the_server_and_serve_stop_stops_it(session, projec
         )
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert not (folder / "charter.sock").exists()
+
+
+def test_the_server_keeps_what_it_protects_until_a_path_it_starts_from_changes(tmp_path):
+    # The server keeps the protected paths of its project between calls; a folder replaced
+    # by a symlink (here the project's .claude, now pointing elsewhere) is protected where
+    # it now leads, as the one-shot hook would compute it.
+    from charter_claude_code._protect import protected_for, touched
+    from charter_claude_code._serve import GateCache
+
+    project = tmp_path / "proj"
+    (project / ".claude").mkdir(parents=True)
+    policy = project / "policies.yaml"
+    policy.write_text("policies: []\n")
+    env = {"HOME": str(tmp_path / "home")}
+    location = f"sqlite:///{project}/.charter/audit.db"
+    cache = GateCache()
+    first = cache.protected(str(project), [str(policy)], location, env)
+    assert first == protected_for(str(project), [str(policy)], location, env)
+    assert cache.protected(str(project), [str(policy)], location, env) is first
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project / ".claude").rmdir()
+    (project / ".claude").symlink_to(elsewhere)
+    now = cache.protected(str(project), [str(policy)], location, env)
+    assert now == protected_for(str(project), [str(policy)], location, env) != first
+    write = {"file_path": str(elsewhere / "settings.json"), "content": "{}"}
+    assert touched("Write", write, str(project), now, env) != []
+    assert touched("Write", write, str(project), first, env) == []

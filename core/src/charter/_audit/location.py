@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from charter._audit.base import AuditStore, StoreError, VerifyReport
-from charter._audit.checkpoint import read_checkpoint_file
-from charter._audit.jsonl import JsonlStore
-from charter._audit.signing import PublicKey, load_public_key
 from charter._audit.sqlite import SQLiteStore
-from charter._audit.stdout import StdoutStore
-from charter._audit.vouch import CheckpointSource, vouch
+
+# The other stores and the checkpoint verifier are imported where they are used: a hook
+# process opens one SQLite store and never verifies, and its import time is the user's wait.
+if TYPE_CHECKING:
+    from charter._audit.signing import PublicKey
+    from charter._audit.vouch import CheckpointSource
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -95,8 +96,12 @@ def open_store(location: str | os.PathLike[str], *, durability: str = "sync") ->
     """
     kind, path = parse_location(location)
     if kind == "stdout":
+        from charter._audit.stdout import StdoutStore
+
         return StdoutStore()
     if kind == "jsonl":
+        from charter._audit.jsonl import JsonlStore
+
         return JsonlStore(path)
     if kind == "postgresql":
         return _postgres(path, create=True)
@@ -116,6 +121,8 @@ def open_existing_store(location: str | os.PathLike[str]) -> AuditStore:
             "postgresql:// store"
         )
     if kind == "jsonl":
+        from charter._audit.jsonl import JsonlStore
+
         return JsonlStore(path, create=False)
     if kind == "postgresql":
         return _postgres(path, create=False)
@@ -157,6 +164,10 @@ def verify(
     ValueError for checkpoint files without keys (their lines are evidence only once their
     signatures are checked) and for a checkpoint file that cannot be read.
     """
+    from charter._audit.checkpoint import read_checkpoint_file
+    from charter._audit.signing import PublicKey, load_public_key
+    from charter._audit.vouch import CheckpointSource
+
     files = [os.fspath(path) for path in checkpoints]
     loaded = [key if isinstance(key, PublicKey) else load_public_key(key) for key in keys]
     if files and not loaded:
@@ -195,6 +206,8 @@ def _verify_open(
     report = store.verify(task_id)
     if not keys:
         return report
+    from charter._audit.vouch import CheckpointSource, vouch
+
     kept = [(f"#{n}", value) for n, value in enumerate(store.read_checkpoints(), start=1)]
     inside = CheckpointSource(store.location, kept)
     return vouch(store, report, keys, inside, sources, task_id)

@@ -663,7 +663,12 @@ class _Call:
         files = [
             f if os.path.isabs(f) else os.path.join(self.root, f) for f in self.config.policy_files
         ]
-        protected = protected_for(self.root, files, self.settings.audit_location, self.environ)
+        location = self.settings.audit_location
+        if self.gates is not None:
+            # The decision server keeps it per project (see GateCache.protected).
+            protected = self.gates.protected(self.root, files, location, self.environ)
+        else:
+            protected = protected_for(self.root, files, location, self.environ)
         return touched(tool_name, tool_input, self.cwd, protected, self.environ, view)
 
     def _repeat(self, tool_name: str, earlier: Any) -> HookAnswer:

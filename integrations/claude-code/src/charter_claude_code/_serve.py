@@ -60,6 +60,20 @@ def _store_stamp(location: str) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino)
 
 
+def _path_stamp(paths: list[str]) -> tuple[tuple[int, int, int, int] | None, ...]:
+    """Each path's (device, inode, mode, ctime) without following a last symlink; None for
+    a missing one."""
+    out: list[tuple[int, int, int, int] | None] = []
+    for path in paths:
+        try:
+            st = os.lstat(path)
+        except OSError:
+            out.append(None)
+        else:
+            out.append((st.st_dev, st.st_ino, st.st_mode, st.st_ctime_ns))
+    return tuple(out)
+
+
 class GateCache:
     """Long-lived Gates of the decision server, one per hook configuration and project.
 
@@ -71,6 +85,7 @@ class GateCache:
         self._lock = threading.Lock()
         self._gates: dict[Any, tuple[Any, Any, Any, tuple[int, int] | None]] = {}
         self._retired: list[Any] = []
+        self._protected: dict[Any, tuple[Any, Any]] = {}
 
     def get(
         self, config: Any, root: str, environ: Mapping[str, str], state_dir: Path
@@ -89,6 +104,36 @@ class GateCache:
             gate, source, settings = open_gate(config, root, environ, state_dir, templates=True)
             self._gates[key] = (gate, source, settings, _store_stamp(settings.audit_location))
             return gate, source, settings
+
+    def protected(
+        self, root: str, files: list[str], audit_location: str, environ: Mapping[str, str]
+    ) -> Any:
+        """`protected_for` of the project `root`, computed once and kept while the paths it
+        starts from are the same entries: each one's lstat identity is checked on every
+        call (a few system calls instead of resolving every path again), so a folder or
+        file replaced by a symlink, or created since, computes it afresh."""
+        from charter_claude_code._protect import protected_for
+
+        home = environ.get("HOME") or os.path.expanduser("~")
+        key = (root, tuple(files), audit_location, home)
+        stamp = _path_stamp(
+            [
+                root,
+                os.path.join(root, ".charter"),
+                os.path.join(root, ".claude"),
+                os.path.join(home, ".charter"),
+                os.path.join(home, ".claude"),
+                *files,
+            ]
+        )
+        with self._lock:
+            found = self._protected.get(key)
+            if found is not None and found[0] == stamp:
+                return found[1]
+        computed = protected_for(root, files, audit_location, environ)
+        with self._lock:
+            self._protected[key] = (stamp, computed)
+        return computed
 
     def close(self) -> None:
         with self._lock:
