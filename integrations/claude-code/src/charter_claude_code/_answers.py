@@ -11,7 +11,6 @@ exit 2 means "refuse" (PreToolUse, UserPromptSubmit). For Stop and SubagentStop,
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 __all__ = [
     "BLOCKABLE_EVENTS",
@@ -41,18 +40,47 @@ BLOCKABLE_EVENTS = frozenset({"PreToolUse", "UserPromptSubmit"})
 _PREFIX = "Charter"
 
 
-@dataclass(frozen=True, slots=True)
 class HookAnswer:
     """One hook answer: the process exit code, its stdout and stderr.
 
     `decision` is Charter's view of the answer (allow, warn, ask, block, none or error), for
-    callers and tests; Claude Code only sees the exit code and the streams.
+    callers and tests; Claude Code only sees the exit code and the streams. Immutable;
+    equal when all four are. (A plain slotted class: creating a dataclass costs a hook
+    process, whose whole lifetime is the user's wait, about a millisecond.)
     """
 
+    __slots__ = ("decision", "exit_code", "stderr", "stdout")
     exit_code: int
     stdout: str
-    stderr: str = ""
-    decision: str = "none"
+    stderr: str
+    decision: str
+
+    def __init__(self, exit_code: int, stdout: str, stderr: str = "", decision: str = "none"):
+        set_ = object.__setattr__
+        set_(self, "exit_code", exit_code)
+        set_(self, "stdout", stdout)
+        set_(self, "stderr", stderr)
+        set_(self, "decision", decision)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"HookAnswer is immutable: cannot set {name!r}")
+
+    def _fields(self) -> tuple[int, str, str, str]:
+        return (self.exit_code, self.stdout, self.stderr, self.decision)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"HookAnswer(exit_code={self.exit_code!r}, stdout={self.stdout!r}, "
+            f"stderr={self.stderr!r}, decision={self.decision!r})"
+        )
 
     def json(self) -> dict[str, object]:
         """The parsed stdout (an empty object when there is none)."""

@@ -37,7 +37,6 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,7 +67,6 @@ _STATE_DIR = "claude-code"
 _REASON_MAX = 1000
 
 
-@dataclass(frozen=True, slots=True)
 class HookConfig:
     """How the hook judges: what `charter claude install` writes onto the hook's command line.
 
@@ -90,19 +88,74 @@ class HookConfig:
     other setting comes from ``CHARTER_*`` variables.
     """
 
-    policy_files: tuple[str, ...] = ()
-    baseline: str | None = None
-    auto_approve: bool = False
-    deadline: float = 10.0
-    project_dir: str | None = None
-    audit_location: str | None = None
-    agent_id: str | None = None
-    max_output_chars: int | None = None
-    cache: bool = True
-    pin: str | None = None
-    enforcement: str = "enforce"
-    fail_mode: str = "closed"
-    serve: str | None = None
+    # A plain slotted class, immutable and compared by value, not a dataclass: creating
+    # one costs every hook process (whose lifetime is the user's wait) about a millisecond.
+    __slots__ = _CONFIG_FIELDS = (
+        "policy_files",
+        "baseline",
+        "auto_approve",
+        "deadline",
+        "project_dir",
+        "audit_location",
+        "agent_id",
+        "max_output_chars",
+        "cache",
+        "pin",
+        "enforcement",
+        "fail_mode",
+        "serve",
+    )
+    policy_files: tuple[str, ...]
+    baseline: str | None
+    auto_approve: bool
+    deadline: float
+    project_dir: str | None
+    audit_location: str | None
+    agent_id: str | None
+    max_output_chars: int | None
+    cache: bool
+    pin: str | None
+    enforcement: str
+    fail_mode: str
+    serve: str | None
+
+    def __init__(
+        self,
+        policy_files: tuple[str, ...] = (),
+        baseline: str | None = None,
+        auto_approve: bool = False,
+        deadline: float = 10.0,
+        project_dir: str | None = None,
+        audit_location: str | None = None,
+        agent_id: str | None = None,
+        max_output_chars: int | None = None,
+        cache: bool = True,
+        pin: str | None = None,
+        enforcement: str = "enforce",
+        fail_mode: str = "closed",
+        serve: str | None = None,
+    ) -> None:
+        values = locals()
+        for name in self._CONFIG_FIELDS:
+            object.__setattr__(self, name, values[name])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"HookConfig is immutable: cannot set {name!r}")
+
+    def _fields(self) -> tuple[object, ...]:
+        return tuple(getattr(self, name) for name in self._CONFIG_FIELDS)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HookConfig):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._CONFIG_FIELDS)
+        return f"HookConfig({inner})"
 
 
 class _Refusal(Exception):

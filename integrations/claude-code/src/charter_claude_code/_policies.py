@@ -9,7 +9,6 @@ and the hook cannot check would be a way around the policies.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["ConfigError", "PolicySource", "baseline_file", "baseline_policies", "policy_source"]
@@ -19,7 +18,6 @@ class ConfigError(Exception):
     """The hook's own configuration cannot be used (the message says how to fix it)."""
 
 
-@dataclass(frozen=True, slots=True)
 class PolicySource:
     """Settings keywords for the runner's policy sources, and where they came from.
 
@@ -29,10 +27,33 @@ class PolicySource:
     trusted set stays in force).
     """
 
-    keywords: dict[str, Any]
-    pinned: bool
-    changed: bool
-    described: tuple[str, ...]
+    __slots__ = ("changed", "described", "keywords", "pinned")
+
+    def __init__(
+        self, keywords: dict[str, Any], pinned: bool, changed: bool, described: tuple[str, ...]
+    ) -> None:
+        self.keywords = keywords
+        self.pinned = pinned
+        self.changed = changed
+        self.described = described
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PolicySource):
+            return NotImplemented
+        return (self.keywords, self.pinned, self.changed, self.described) == (
+            other.keywords,
+            other.pinned,
+            other.changed,
+            other.described,
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"PolicySource(keywords={self.keywords!r}, pinned={self.pinned!r}, "
+            f"changed={self.changed!r}, described={self.described!r})"
+        )
 
 
 def _baseline_module(name: str) -> Any:

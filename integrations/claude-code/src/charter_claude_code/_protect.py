@@ -27,7 +27,6 @@ import fnmatch
 import glob
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["POLICY", "POLICY_NAME", "Protected", "protected_for", "touched"]
@@ -64,15 +63,49 @@ _SETTINGS = "settings*.json"
 _GLOB_LIMIT = 200
 
 
-@dataclass(frozen=True, slots=True)
 class Protected:
     """Real paths that are protected: `files` exactly, `trees` with everything inside, and
-    `settings_dirs` whose ``settings*.json`` files (and the folder itself) are."""
+    `settings_dirs` whose ``settings*.json`` files (and the folder itself) are. Immutable
+    and compared by value."""
 
+    __slots__ = ("files", "secrets", "settings_dirs", "trees")
     files: frozenset[str]
     trees: frozenset[str]
     settings_dirs: frozenset[str]
-    secrets: frozenset[str] = frozenset()
+    secrets: frozenset[str]
+
+    def __init__(
+        self,
+        files: frozenset[str],
+        trees: frozenset[str],
+        settings_dirs: frozenset[str],
+        secrets: frozenset[str] = frozenset(),
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "files", files)
+        set_(self, "trees", trees)
+        set_(self, "settings_dirs", settings_dirs)
+        set_(self, "secrets", secrets)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"Protected is immutable: cannot set {name!r}")
+
+    def _fields(self) -> tuple[frozenset[str], ...]:
+        return (self.files, self.trees, self.settings_dirs, self.secrets)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Protected):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"Protected(files={self.files!r}, trees={self.trees!r}, "
+            f"settings_dirs={self.settings_dirs!r}, secrets={self.secrets!r})"
+        )
 
     def reveals(self, real: str) -> bool:
         """Whether reading `real` (a file, or a folder searched recursively) would reach

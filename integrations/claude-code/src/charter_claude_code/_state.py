@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -113,7 +112,6 @@ except ImportError:  # Windows
         _ms.locking(fd, _ms.LK_UNLCK, 1)
 
 
-@dataclass
 class SessionState:
     """What one session needs between hook processes besides its recorded history.
 
@@ -132,17 +130,50 @@ class SessionState:
     was deleted or replaced, and the session's history with it.
     """
 
-    path: Path
-    session_id: str
-    task_id: str | None = None
-    generation: int = 0
-    head: int = 0
-    intents: dict[str, dict[str, Any]] = field(default_factory=dict)
-    asks: dict[str, dict[str, Any]] = field(default_factory=dict)
-    pending: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ungoverned: dict[str, dict[str, Any]] = field(default_factory=dict)
-    digests: dict[str, str] = field(default_factory=dict)
-    _loaded: str = ""
+    __slots__ = (
+        "_loaded",
+        "asks",
+        "digests",
+        "generation",
+        "head",
+        "intents",
+        "path",
+        "pending",
+        "session_id",
+        "task_id",
+        "ungoverned",
+    )
+
+    def __init__(
+        self,
+        path: Path,
+        session_id: str,
+        task_id: str | None = None,
+        generation: int = 0,
+        head: int = 0,
+        intents: dict[str, dict[str, Any]] | None = None,
+        asks: dict[str, dict[str, Any]] | None = None,
+        pending: dict[str, dict[str, Any]] | None = None,
+        ungoverned: dict[str, dict[str, Any]] | None = None,
+        digests: dict[str, str] | None = None,
+    ) -> None:
+        self.path = path
+        self.session_id = session_id
+        self.task_id = task_id
+        self.generation = generation
+        self.head = head
+        self.intents: dict[str, dict[str, Any]] = {} if intents is None else intents
+        self.asks: dict[str, dict[str, Any]] = {} if asks is None else asks
+        self.pending: dict[str, dict[str, Any]] = {} if pending is None else pending
+        self.ungoverned: dict[str, dict[str, Any]] = {} if ungoverned is None else ungoverned
+        self.digests: dict[str, str] = {} if digests is None else digests
+        self._loaded = ""
+
+    def __repr__(self) -> str:
+        return (
+            f"SessionState(path={self.path!r}, session_id={self.session_id!r}, "
+            f"task_id={self.task_id!r}, head={self.head!r})"
+        )
 
     @classmethod
     def load(cls, path: Path, session_id: str) -> SessionState:

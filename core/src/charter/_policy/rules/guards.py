@@ -13,15 +13,17 @@ import posixpath
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import unquote, urlsplit
-from zoneinfo import ZoneInfo
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
 from charter._model.paths import FieldPath, parse_path
 from charter._policy.registry import Violation, rule
 from charter._policy.secrets import contains_secret, find_secrets, shape_names
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 __all__ = ["no_secrets", "path_within_root", "time_window"]
 
@@ -43,6 +45,8 @@ class _TimeWindow(NamedTuple):
 
 
 def _prepare_time_window(params: dict[str, Any]) -> _TimeWindow:
+    from zoneinfo import ZoneInfo  # deferred: only a time_window policy needs the zone data
+
     days = params.get("weekdays")
     hours = params.get("hours")
     if days is None and hours is None:
