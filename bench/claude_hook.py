@@ -142,7 +142,9 @@ def main() -> None:
     for _ in range(3):  # warm the bytecode and the OS file cache
         _time([py, "-c", "import charter, charter_claude_code._handler"], env)
     print("floor:")
-    print(_line("python -c pass", [_time([py, "-c", "pass"], env)[0] for _ in range(opts.runs)]))
+    floor = [_time([py, "-c", "pass"], env)[0] for _ in range(opts.runs)]
+    print(_line("python -c pass", floor))
+    allowed_p50: dict[tuple[int, bool], float] = {}
     print(
         _line(
             "python -c 'import charter'",
@@ -210,15 +212,34 @@ def main() -> None:
                 if b'"deny"' not in out:
                     raise SystemExit(f"expected a deny, got {out!r}")
                 denied.append(took)
+            allowed_p50[depth, cache] = statistics.median(s.wall for s in allowed)
             label = f"depth {depth}, {'pinned' if cache else 'unpinned (YAML parsed per call)'}"
             print(f"hook PreToolUse, {label}:")
             print(_line("allowed (no opinion) + intent saved", allowed))
             print(_line("denied (block recorded, sync commit)", denied))
             parts = ", ".join(f"{k} {statistics.median(v):.1f}" for k, v in phases.items())
             print(f"    phases of the allowed call, median CPU ms: {parts}")
+    _ratios(allowed_p50, statistics.median(s.wall for s in floor))
     if opts.large_chars:
         _large(work, env, opts.runs, opts.large_chars)
     shutil.rmtree(work, ignore_errors=True)
+
+
+def _ratios(allowed: dict[tuple[int, bool], float], floor: float) -> None:
+    """The figures the targets are stated in, from this run: the allowed call's p50 over
+    ``python -c pass`` (the same load), and the deepest history over the shallowest (target:
+    depth 1,000 within 1.2x of depth 10)."""
+    print("ratios (allowed call, wall p50):")
+    for (depth, cache), p50 in allowed.items():
+        kind = "pinned" if cache else "unpinned"
+        print(f"  depth {depth}, {kind}: {p50 / floor:5.2f}x python -c pass")
+    depths = sorted({d for d, _ in allowed})
+    if len(depths) > 1:
+        for cache in (True, False):
+            low, high = allowed.get((depths[0], cache)), allowed.get((depths[-1], cache))
+            if low and high:
+                kind = "pinned" if cache else "unpinned"
+                print(f"  depth {depths[-1]} / depth {depths[0]}, {kind}: {high / low:5.2f}x")
 
 
 def _large(work: Path, env: dict[str, str], runs: int, chars: int) -> None:

@@ -10,10 +10,13 @@ tamper-evident audit trail. The public API is exactly ``__all__``.
 from __future__ import annotations
 
 import importlib as _importlib
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
 
+# Not typing.TYPE_CHECKING: importing typing costs every hook process milliseconds, and a
+# hook answered by the decision server (charter.serve) needs nothing else from it.
+_TYPE_CHECKING = False
 if _TYPE_CHECKING:
+    from typing import Any as _Any
+
     from charter._audit.base import AuditStore, StoreError, VerifyReport
     from charter._audit.location import open_store, verify
     from charter._engine.engine import Decision, EvalResult, LoadReport, PolicyEngine, PolicyResult

@@ -11,9 +11,11 @@ The names below load lazily: the hook process imports only what one call needs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+# typing is not imported: the served hook's whole process is the user's wait.
+_TYPE_CHECKING = False
+if _TYPE_CHECKING:
+    from typing import Any
 
-if TYPE_CHECKING:
     from charter_claude_code._answers import HOOK_EVENTS, HookAnswer
     from charter_claude_code._doctor import DoctorReport, diagnose
     from charter_claude_code._handler import HookConfig, handle_event

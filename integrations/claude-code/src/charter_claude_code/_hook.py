@@ -31,8 +31,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Sequence
-from typing import NoReturn
+
+# typing and collections.abc are not imported: a hook answered by the decision server
+# never needs them, and this process's lifetime is the user's wait on every tool call.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import NoReturn
 
 __all__ = ["main", "parse_args"]
 
