@@ -44,7 +44,6 @@ import base64
 import binascii
 import functools
 from collections.abc import Collection
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -60,8 +59,38 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
-class SecretShape:
+class _Frozen:
+    """Immutable, compared, hashed and shown by its fields (`__slots__`, in order). A plain
+    slotted class, not a dataclass: building one costs a fresh process (a Claude Code hook
+    call) about a millisecond at import."""
+
+    __slots__: tuple[str, ...] = ()
+    _fields: tuple[str, ...] = ()
+
+    def __init__(self, *values: Any) -> None:
+        for name, value in zip(self._fields, values, strict=True):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"{type(self).__name__} is immutable: cannot set {name!r}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Frozen) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+
+class SecretShape(_Frozen):
     """One kind of secret: a stable name, a one-sentence description and an RE2 pattern.
 
     Capturing groups in ``pattern`` (if any) mark the secret value inside its context; the
@@ -69,18 +98,25 @@ class SecretShape:
     whole match is the secret.
     """
 
+    __slots__ = _fields = ("name", "description", "pattern")
     name: str
     description: str
     pattern: str
 
+    def __init__(self, name: str, description: str, pattern: str) -> None:
+        super().__init__(name, description, pattern)
 
-@dataclass(frozen=True, slots=True)
-class SecretFinding:
+
+class SecretFinding(_Frozen):
     """A secret found in a text: the shape's name and the ``text[start:end]`` it covers."""
 
+    __slots__ = _fields = ("shape", "start", "end")
     shape: str
     start: int
     end: int
+
+    def __init__(self, shape: str, start: int, end: int) -> None:
+        super().__init__(shape, start, end)
 
 
 # --- building blocks --------------------------------------------------------------------

@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 import posixpath
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -172,13 +172,39 @@ _ASSIGN_BUILTINS = frozenset({"export", "declare", "typeset", "local", "readonly
 # -- words ------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Word:
+class _Node:
+    """Base of the parse-tree nodes: compared and shown by their fields. Plain slotted
+    classes, not dataclasses: building a dataclass costs every fresh process (a Claude Code
+    hook call) about a millisecond at import."""
+
+    __slots__: tuple[str, ...] = ()
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _Node) or other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"{type(self).__name__}({inner})"
+
+
+class _Word(_Node):
     """One shell word: literal pieces and expansions, in order."""
 
-    parts: list[tuple[str, Any]] = field(default_factory=list)
-    quoted: bool = False
-    start: int = 0
+    __slots__ = ("parts", "quoted", "start")
+
+    def __init__(
+        self, parts: list[tuple[str, Any]] | None = None, quoted: bool = False, start: int = 0
+    ) -> None:
+        self.parts: list[tuple[str, Any]] = [] if parts is None else parts
+        self.quoted = quoted
+        self.start = start
 
     # kinds: "lit" (quote-removed text), "glob" (unquoted * ? [), "var" ((name, quoted)),
     # "sub" (list of parsed items), "arith" (None), "tilde" (user name), "ifs" (None)
@@ -215,28 +241,41 @@ class _Word:
         return "".join(out)
 
 
-@dataclass
-class _Simple:
-    words: list[_Word]
-    assigns: list[tuple[str, _Word]]
-    redirs: list[tuple[str, _Word | None, str | None]]  # (op, target, heredoc body)
+class _Simple(_Node):
+    __slots__ = ("assigns", "redirs", "words")
+
+    def __init__(
+        self,
+        words: list[_Word],
+        assigns: list[tuple[str, _Word]],
+        redirs: list[tuple[str, _Word | None, str | None]],  # (op, target, heredoc body)
+    ) -> None:
+        self.words = words
+        self.assigns = assigns
+        self.redirs = redirs
 
 
-@dataclass
-class _Group:
-    items: list[Any]  # a nested list; cwd changes inside do not leave it
-    subshell: bool
+class _Group(_Node):
+    __slots__ = ("items", "subshell")
+
+    def __init__(self, items: list[Any], subshell: bool) -> None:
+        self.items = items  # a nested list; cwd changes inside do not leave it
+        self.subshell = subshell
 
 
-@dataclass
-class _Pipeline:
-    elements: list[Any]  # _Simple or _Group
+class _Pipeline(_Node):
+    __slots__ = ("elements",)
+
+    def __init__(self, elements: list[Any]) -> None:
+        self.elements = elements  # _Simple or _Group
 
 
-@dataclass
-class _FuncDef:
-    name: str
-    body: list[Any]
+class _FuncDef(_Node):
+    __slots__ = ("body", "name")
+
+    def __init__(self, name: str, body: list[Any]) -> None:
+        self.name = name
+        self.body = body
 
 
 class _Unparseable(Exception):
