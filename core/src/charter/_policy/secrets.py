@@ -1057,25 +1057,36 @@ _ANCHORS: dict[str, tuple[str, ...]] = {
 _HEX_RUN_SHAPES = frozenset({"twilio_key", "mailchimp_api_key", "airtable_token"})
 _DOTTED_SHAPES = frozenset({"discord_bot_token"})
 _HEX_RUN = 32
-_ALL_ANCHORS: tuple[str, ...] = tuple(dict.fromkeys(a for v in _ANCHORS.values() for a in v))
-# translate tables: the run's characters kept, every other character a space.
-_HEX_ONLY = {c: (c if chr(c) in "0123456789abcdef" else 0x20) for c in range(256)}
-_DOTTED_ONLY = {
-    c: (c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789_-." else 0x20) for c in range(256)
-}
+_ALL_ANCHORS: tuple[bytes, ...] = tuple(
+    dict.fromkeys(a.encode("ascii") for v in _ANCHORS.values() for a in v)
+)
+# bytes.translate tables (a C loop): the run's characters kept, every other byte a space.
+_HEX_ONLY = bytes(c if chr(c) in "0123456789abcdef" else 0x20 for c in range(256))
+_DOTTED_ONLY = bytes(
+    c if chr(c) in "abcdefghijklmnopqrstuvwxyz0123456789_-." else 0x20 for c in range(256)
+)
+# Past this length the pre-filter is skipped: scanning a long text costs more than
+# compiling the scanner, and a long text would pay both on a hit.
+_PREFILTER_MAX = 1 << 16
+# A process that scans this many texts is long-lived (an agent, a server), for which the
+# compiled scanner is the cheaper one (about a microsecond per short text, the pre-filter
+# tens): from then on the scanner is compiled and used directly. A hook process scans a
+# handful of texts and never gets there.
+_PREFILTER_CALLS = 32
+_prefiltered = [0]
 
 
-def _has_hex_run(lowered: str) -> bool:
+def _has_hex_run(lowered: bytes) -> bool:
     return any(len(word) >= _HEX_RUN for word in lowered.translate(_HEX_ONLY).split())
 
 
-def _has_dotted_token(lowered: str) -> bool:
+def _has_dotted_token(lowered: bytes) -> bool:
     """Whether `lowered` has segments of [a-z0-9_-] of 24+, 6 and 27+ characters joined by
     dots, as every Discord bot token has (the middle segment sits between two dots)."""
     for word in lowered.translate(_DOTTED_ONLY).split():
-        if len(word) < 59 or word.count(".") < 2:
+        if len(word) < 59 or word.count(b".") < 2:
             continue
-        parts = word.split(".")
+        parts = word.split(b".")
         for i in range(len(parts) - 2):
             if len(parts[i]) >= 24 and len(parts[i + 1]) == 6 and len(parts[i + 2]) >= 27:
                 return True
@@ -1083,10 +1094,10 @@ def _has_dotted_token(lowered: str) -> bool:
 
 
 def _literal_may_match(text: str) -> bool:
-    """Whether some shape may match `text` itself (every character at most U+00FF: no
-    character there folds to an ASCII letter, so lowering keeps every case-insensitive
-    match)."""
-    lowered = text.lower()
+    """Whether some shape may match `text` itself. Every character of `text` is at most
+    U+00FF, and none of those folds to an ASCII letter, so lowering the ASCII letters
+    (``bytes.lower``) keeps every case-insensitive match of the ASCII anchors."""
+    lowered = text.encode("latin-1").lower()
     if any(anchor in lowered for anchor in _ALL_ANCHORS):
         return True
     return _has_hex_run(lowered) or _has_dotted_token(lowered)
@@ -1096,12 +1107,21 @@ def _may_contain(text: str) -> bool:
     """False only when no shape can match `text`, nor the text with percent-escapes or
     invisible characters decoded, nor its base64 runs decoded: then `find_secrets` finds
     nothing and `contains_secret` is False, whatever shapes they are asked for."""
-    if "%" in text or not text.isascii():
-        return True  # decoding may join or reveal anything: left to the scanner
+    if "%" in text or len(text) > _PREFILTER_MAX or not text.isascii():
+        return True  # decoding may join or reveal anything (or too long): the scanner reads it
     if _literal_may_match(text):
         return True
     blob = _base64_blob(text)
     return bool(blob) and _literal_may_match(blob)
+
+
+def _skip_scan(scanner: _Scanner, text: str) -> bool:
+    """Whether `scanner` need not read `text`: it is not compiled yet, this process is
+    still within its pre-filter budget, and the pre-filter rules every secret out."""
+    if scanner.compiled:
+        return False
+    _prefiltered[0] += 1
+    return _prefiltered[0] <= _PREFILTER_CALLS and not _may_contain(text)
 
 
 def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[SecretFinding]:
@@ -1116,7 +1136,7 @@ def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[Secre
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
         return []
-    if not scanner.compiled and not _may_contain(text):
+    if _skip_scan(scanner, text):
         return []
     text = _encodable(text)
     return _merge(scanner.findall(text), _encoded(text, scanner))
@@ -1128,7 +1148,7 @@ def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
         return False
-    if not scanner.compiled and not _may_contain(text):
+    if _skip_scan(scanner, text):
         return False
     text = _encodable(text)
     return scanner.detector.search(text) is not None or any(_may_hide(text, scanner))
