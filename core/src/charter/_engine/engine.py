@@ -29,6 +29,7 @@ from charter._policy.policy import (
     Severity,
     compile_policies,
 )
+from charter._policy.sets import PatternSet, pattern_sets
 
 __all__ = [
     "Decision",
@@ -191,6 +192,17 @@ def _reason(decision: Decision, r: PolicyResult | None) -> str:
     return f"{verb} by policy {r.name!r} ({r.severity.value}): {why}"
 
 
+# One applicable policy as evaluate walks it: the policy, its selector's match, the fields
+# its rule reads, its complying result, and its pattern set with its index there (or None).
+_Planned = tuple[
+    CompiledPolicy,
+    Callable[[Behavior], bool],
+    tuple[FieldPath, ...],
+    "PolicyResult",
+    tuple[PatternSet, int] | None,
+]
+
+
 class PolicyEngine:
     """Judges steps against a policy set and keeps each task's history; pure and thread-safe.
 
@@ -209,9 +221,13 @@ class PolicyEngine:
         self._lock = threading.RLock()
         self._compiled: tuple[CompiledPolicy, ...] = ()
         self._reads: dict[int, tuple[FieldPath, ...]] = {}
+        # Per compiled policy (by id): its complying result, built once and shared by every
+        # step it complies on, and the pattern set that may judge it with others on its field.
+        self._complies: dict[int, PolicyResult] = {}
+        self._sets: dict[int, tuple[PatternSet, int]] = {}
         self._loaded = False
         self._source: str | None = None
-        self._applicable: dict[tuple[Any, ...], tuple[CompiledPolicy, ...]] = {}
+        self._applicable: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._tasks: dict[str, TaskHistory] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()
         self._closed_memory = closed_task_memory
@@ -236,6 +252,14 @@ class PolicyEngine:
         with self._lock:
             self._compiled = tuple(compiled)
             self._reads = {id(c): _field_paths(c.prepared) for c in self._compiled}
+            self._complies = {id(c): _complying(c) for c in self._compiled}
+            self._sets = pattern_sets(
+                [
+                    (id(c), c.spec.fn, c.prepared)
+                    for c in self._compiled
+                    if c.policy.enforcement_point is EnforcementPoint.STEP_EXECUTION
+                ]
+            )
             self._loaded = True
             self._source = source
             self._applicable.clear()
@@ -294,6 +318,24 @@ class PolicyEngine:
             self._applicable[key] = found
         return found
 
+    def _plan_for(self, context: EvalContext) -> tuple[_Planned, ...]:
+        """The step policies applicable in `context`, each with what evaluate needs of it."""
+        key = ("plan", context.environment, context.risk_classification, context.agent_id)
+        found = self._applicable.get(key)
+        if found is None:
+            found = tuple(
+                (
+                    c,
+                    c.selector.matches,
+                    self._reads.get(id(c), ()),
+                    self._complies[id(c)],
+                    self._sets.get(id(c)),
+                )
+                for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
+            )
+            self._applicable[key] = found
+        return found
+
     # -- judging ----------------------------------------------------------------------------
 
     def evaluate(
@@ -335,15 +377,32 @@ class PolicyEngine:
                 history = self._empty_history
             ctx = RuleContext(context, history, shared)
             results: list[PolicyResult] = []
-            applicable = self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
-            lost = _lost_roots(intended)
-            last = len(applicable) - 1
-            for i, c in enumerate(applicable):
-                if c.selector.matches(intended):
-                    unjudgeable = lost and _unjudgeable(c, self._reads.get(id(c), ()), intended)
-                    results.append(unjudgeable or _judge(c, intended, ctx))
-                    if out_of_time is not None and i < last and out_of_time():
-                        raise EvaluationDeadline(i + 1, last + 1)
+            plan = self._plan_for(context)
+            lost = is_lost(intended.input) or is_lost(intended.properties)
+            # Each pattern set searched for this step: its hits, or None for a missing field.
+            searched: dict[int, set[int] | None] = {}
+            last = len(plan) - 1
+            for i, (c, matches, reads, complies, grouped) in enumerate(plan):
+                if not matches(intended):
+                    continue
+                result = _unjudgeable(c, reads, intended) if lost else None
+                if result is None:
+                    if grouped is None:
+                        result = _judge(c, intended, ctx, complies)
+                    else:
+                        pset, index = grouped
+                        skey = id(pset)
+                        if skey in searched:
+                            hits = searched[skey]
+                        else:
+                            hits = searched[skey] = _search(pset, intended)
+                        if hits is not None and index not in hits:
+                            result = complies
+                        else:
+                            result = _judge(c, intended, ctx, complies)
+                results.append(result)
+                if out_of_time is not None and i < last and out_of_time():
+                    raise EvaluationDeadline(i + 1, last + 1)
         decision, risk, reason = _aggregate(results)
         return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
 
@@ -391,7 +450,7 @@ class PolicyEngine:
             self._bind(context.agent_id)
             ctx = RuleContext(context, TaskHistory(context.task_id))
             results = [
-                _judge(c, context, ctx)
+                _judge(c, context, ctx, self._complies[id(c)])
                 for c in self._policies_for(context, EnforcementPoint.AGENT_REGISTRATION)
             ]
         decision, risk, reason = _aggregate(results)
@@ -675,11 +734,6 @@ def _field_paths(prepared: Any) -> tuple[FieldPath, ...]:
     return tuple(found)
 
 
-def _lost_roots(step: Behavior) -> frozenset[str]:
-    """The payload roots of `step` that hold a value capture could not keep."""
-    return frozenset(r for r in ("input", "properties") if is_lost(getattr(step, r)))
-
-
 def _lost_along(path: FieldPath, step: Behavior) -> bool:
     """Whether the value at `path`, or a container on the way to it, could not be captured
     (so the field may be hidden in it)."""
@@ -731,7 +785,21 @@ def _unjudgeable(
     return None
 
 
-def _judge(c: CompiledPolicy, view: Any, ctx: RuleContext) -> PolicyResult:
+def _complying(c: CompiledPolicy) -> PolicyResult:
+    """The result of `c` on a step it complies with: the same for every such step."""
+    p = c.policy
+    return PolicyResult(p.name, p.rule_type, p.severity, False, None, c.ask, p.description)
+
+
+def _search(pset: PatternSet, step: Behavior) -> set[int] | None:
+    """`pset.hits`, or None (judge each policy by its rule) if the search itself failed."""
+    try:
+        return pset.hits(step)
+    except Exception:  # the rules then judge, and a rule that raises is a violation
+        return None
+
+
+def _judge(c: CompiledPolicy, view: Any, ctx: RuleContext, complies: PolicyResult) -> PolicyResult:
     p = c.policy
     try:
         verdict = c.spec.fn(view, c.prepared, ctx)
@@ -746,6 +814,6 @@ def _judge(c: CompiledPolicy, view: Any, ctx: RuleContext) -> PolicyResult:
             p.description,
         )
     if verdict:
-        return PolicyResult(p.name, p.rule_type, p.severity, False, None, c.ask, p.description)
+        return complies
     details = getattr(verdict, "detail", None)
     return PolicyResult(p.name, p.rule_type, p.severity, True, details, c.ask, p.description)

@@ -86,17 +86,20 @@ class _Matches:
     pattern: str
     forbid: bool
     comply_if_missing: bool
+    ignore_case: bool = False
 
 
 def _prepare_matches(params: dict[str, Any]) -> _Matches:
     forbid = params.get("mode", "forbid") == "forbid"
     missing = params.get("if_missing", "comply" if forbid else "violate")
+    fold = bool(params.get("ignore_case", False))
     return _Matches(
         field_of(params),
-        search_function(compile_re2(params["pattern"], bool(params.get("ignore_case", False)))),
+        search_function(compile_re2(params["pattern"], fold)),
         params["pattern"],
         forbid,
         missing == "comply",
+        fold,
     )
 
 

@@ -1,0 +1,133 @@
+"""The engine's fast path gives the verdicts the rules give one by one.
+
+Complying policies share one result object per policy, and forbidding patterns on one field
+are searched together in an RE2 set; neither may change what `evaluate` returns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from charter import Behavior, Decision, EvalContext, PolicyEngine, PolicyResult, Severity
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+CTX = EvalContext(agent_id="agent", task_id="t1")
+
+PATTERNS = [r"\brm\s+-rf\s+/", r"\bmkfs", r"curl[^|]*\|\s*(ba)?sh", r"^sudo\b", "DROP TABLE"]
+
+
+def forbid(name: str, pattern: str, field: str = "input.command", **params: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "rule_type": "field_matches",
+        "severity": "critical",
+        "description": f"no {name}",
+        "match": {"kinds": ["step.exec"]},
+        "params": {"field": field, "pattern": pattern, **params},
+    }
+
+
+# Several forbidding patterns on one field (one set), two folding case (another set), one on
+# another field, one in require mode, and rules of other kinds around them.
+POLICIES: list[dict[str, Any]] = [
+    *(forbid(f"p{i}", p) for i, p in enumerate(PATTERNS)),
+    forbid("fold-a", "secret", ignore_case=True),
+    forbid("fold-b", "token", ignore_case=True),
+    forbid("cwd", r"^/etc", field="input.cwd"),
+    forbid("args", "--force", field="input.args[*]"),
+    forbid("args-2", "--no-verify", field="input.args[*]"),
+    forbid("strict", "^(ls|cat) ", mode="require", if_missing="comply"),
+    {
+        "name": "tools",
+        "rule_type": "allow_only",
+        "severity": "high",
+        "action": "ask",
+        "params": {"tools": ["Bash", "Read"]},
+    },
+    {
+        "name": "tables",
+        "rule_type": "field_not_in",
+        "severity": "medium",
+        "params": {"field": "input.table", "values": ["users"]},
+    },
+]
+
+
+def step(**input: Any) -> Behavior:
+    return Behavior(agent_id="agent", task_id="t1", kind="step.exec", step_name="Bash", input=input)
+
+
+def one_by_one(policies: list[dict[str, Any]], behavior: Behavior) -> tuple[PolicyResult, ...]:
+    """What each policy answers in an engine of its own (no set can form there)."""
+    out: list[PolicyResult] = []
+    for policy in policies:
+        out.extend(PolicyEngine([policy]).evaluate(behavior, CTX).results)
+    return tuple(out)
+
+
+def test_many_complying_policies_give_one_full_result_each() -> None:
+    policies = [forbid(f"rule-{i}", f"never-{i}-here") for i in range(40)]
+    result = PolicyEngine(policies).evaluate(step(command="ls -la src"), CTX)
+    assert result.decision is Decision.ALLOW
+    assert result.reason == "allowed: no policy was violated"
+    assert result.results == tuple(
+        PolicyResult(
+            f"rule-{i}", "field_matches", Severity.CRITICAL, False, None, False, f"no rule-{i}"
+        )
+        for i in range(40)
+    )
+    assert result.to_dict()["evaluated"] == 40
+    assert result.violations == ()
+
+
+def test_a_pattern_among_many_on_one_field_is_reported_by_its_own_rule() -> None:
+    engine = PolicyEngine(POLICIES)
+    behavior = step(command="sudo mkfs /dev/sda", args=["--force"])
+    result = engine.evaluate(behavior, CTX)
+    assert result.results == one_by_one(POLICIES, behavior)
+    assert [r.name for r in result.violations] == ["p1", "p3", "args", "strict"]
+    assert result.decision is Decision.BLOCK
+    assert "forbidden pattern '\\bmkfs'" in (result.results[1].details or "")
+
+
+def test_a_missing_field_is_judged_by_each_policy_s_missing_rule() -> None:
+    policies = [
+        forbid("a", "x", if_missing="violate"),
+        forbid("b", "y"),
+        forbid("c", "z", if_missing="violate"),
+    ]
+    behavior = step(other="x y z")
+    result = PolicyEngine(policies).evaluate(behavior, CTX)
+    assert [r.name for r in result.violations] == ["a", "c"]
+    assert result.violations[0].details == "input.command is missing"
+    assert result.results == one_by_one(policies, behavior)
+
+
+commands = st.one_of(
+    st.text(max_size=40),
+    st.lists(
+        st.sampled_from(
+            ["sudo", "rm", "-rf", "/", "mkfs", "curl x", "|", "sh", "SECRET", "Token", "DROP TABLE"]
+        ),
+        max_size=6,
+    ).map(" ".join),
+)
+inputs = st.fixed_dictionaries(
+    {},
+    optional={
+        "command": st.one_of(commands, st.lists(commands, max_size=3), st.integers(-1000, 1000)),
+        "cwd": st.sampled_from(["/etc/x", "/home", ""]),
+        "args": st.lists(st.sampled_from(["--force", "--no-verify", "-q", "x"]), max_size=3),
+        "table": st.sampled_from(["users", "orders"]),
+    },
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(inputs)
+def test_evaluate_gives_what_each_policy_gives_alone(payload: dict[str, Any]) -> None:
+    behavior = step(**payload)
+    engine = PolicyEngine(POLICIES)
+    result = engine.evaluate(behavior, CTX)
+    assert result.results == one_by_one(POLICIES, behavior)
