@@ -112,15 +112,27 @@ def record_throughput(location: str, n: int, tasks: int = 10) -> tuple[float, fl
 def writer_throughput(location: str, n: int, tasks: int = 10) -> tuple[float, float]:
     runner = _runner(location)
     writer = runner._writer
-    wires: list[dict[str, Any]] = [
-        wire_form(b) for t in range(tasks) for b in _completed(n // tasks, f"w-{t}")
+    # Each chain opens with its task.start (seq 1, written before the clock starts); the
+    # steps carry the seq the runner would have given them, from 2.
+    starts = [
+        wire_form(
+            Behavior(agent_id="bench", task_id=f"w-{t}", kind="task.start", step_name="b", seq=1)
+        )
+        for t in range(tasks)
     ]
+    writer.submit(starts)
+    writer.flush(60)
+    wires: list[dict[str, Any]] = []
+    for t in range(tasks):
+        for seq, b in enumerate(_completed(n // tasks, f"w-{t}"), start=2):
+            wires.append(wire_form(b) | {"seq": seq})
+    before = writer.delivered
     t0, c0 = time.perf_counter(), time.process_time()
     for start in range(0, len(wires), 100):
         writer.submit(wires[start : start + 100])
     writer.flush(120)
     elapsed, used = time.perf_counter() - t0, time.process_time() - c0
-    delivered = writer.delivered
+    delivered = writer.delivered - before
     runner.close()
     return delivered / elapsed, delivered / used
 

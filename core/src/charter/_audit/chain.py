@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -90,33 +91,49 @@ def is_closing(entry: Mapping[str, Any]) -> bool:
     return False
 
 
-@dataclass(frozen=True, slots=True)
 class PreparedEntry:
     """An entry checked and canonicalised up to its chain fields (which only the store knows).
 
     The canonical object is split around the keys "hash", "prev_hash" and "seq" so that
-    sealing inside a store's write lock is a few byte joins and one SHA-256.
+    sealing inside a store's write lock is a few byte joins and one SHA-256. A plain slotted
+    class (one is built per record written); treat it as read-only.
     """
 
-    entry: dict[str, Any]
-    agent_id: str
-    task_id: str
-    closing: bool
-    groups: tuple[bytes, bytes, bytes, bytes]
-    seq: int | None = None
+    __slots__ = ("agent_id", "closing", "entry", "groups", "seq", "task_id")
+
+    def __init__(
+        self,
+        entry: dict[str, Any],
+        agent_id: str,
+        task_id: str,
+        closing: bool,
+        groups: tuple[bytes, bytes, bytes, bytes],
+        seq: int | None = None,
+    ) -> None:
+        self.entry = entry
+        self.agent_id = agent_id
+        self.task_id = task_id
+        self.closing = closing
+        self.groups = groups
+        self.seq = seq
 
 
-@dataclass(frozen=True, slots=True)
 class SealedEntry:
-    """A chained record: the dict returned to the caller and its canonical line/body bytes."""
+    """A chained record: the dict returned to the caller and its canonical line/body bytes.
 
-    entry: dict[str, Any]
-    body: bytes
-    hash: str
-    seq: int
+    A plain slotted class (one is built per record written); treat it as read-only.
+    """
+
+    __slots__ = ("body", "entry", "hash", "seq")
+
+    def __init__(self, entry: dict[str, Any], body: bytes, hash: str, seq: int) -> None:
+        self.entry = entry
+        self.body = body
+        self.hash = hash
+        self.seq = seq
 
 
-def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
+def _groups_apart(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
     """The canonical members of `record` in four runs split where the chain keys go."""
     parts: tuple[dict[str, Any], ...] = ({}, {}, {}, {})
     for key, value in record.items():
@@ -130,6 +147,30 @@ def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
     # Canonical objects minus their braces, so the runs join into one object.
     low, mid, high, top = (canonical_json(part)[1:-1] for part in parts)
     return low, mid, high, top
+
+
+# Stand-ins for the chain fields while a record is encoded once: random per process, never
+# written anywhere, so no recorded value can hold them (each must occur exactly once, which
+# `_groups` checks before trusting the split).
+_NONCE = secrets.token_hex(16)
+_STAND_INS = {"hash": _NONCE + "h", "prev_hash": _NONCE + "p", "seq": _NONCE + "s"}
+_NONCE_BYTES = _NONCE.encode("ascii")
+_AT_HASH = b'"hash":"' + _NONCE_BYTES + b'h"'
+_AT_PREV = b'"prev_hash":"' + _NONCE_BYTES + b'p"'
+_AT_SEQ = b'"seq":"' + _NONCE_BYTES + b's"'
+
+
+def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
+    """`_groups_apart`, from one canonical encoding of the record with the chain keys held
+    by stand-ins: the object is cut at them (members keep their sorted order)."""
+    whole = canonical_json(record | _STAND_INS)
+    if whole.count(_NONCE_BYTES) != 3:
+        return _groups_apart(record)
+    before, rest = whole[1:-1].split(_AT_HASH)
+    between, rest = rest.split(_AT_PREV)
+    after, last = rest.split(_AT_SEQ)
+    # Each run sits between commas: strip the separators the stand-ins took with them.
+    return before[:-1], between[1:-1], after[1:-1], last[1:]
 
 
 def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
@@ -192,12 +233,12 @@ def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
     if head.hash is None:
         prev = b'"prev_hash":null'
     else:
-        prev = b'"prev_hash":"' + head.hash.encode("ascii") + b'"'
+        prev = b'"prev_hash":"%s"' % head.hash.encode("ascii")
     after = b",".join([p for p in (mid, prev, high, b'"seq":%d' % seq, top) if p])
-    before = low + b"," if low else b""
-    digest = hashlib.sha256(b"{" + before + after + b"}").hexdigest()
-    body = b"{" + before + b'"hash":"' + digest.encode("ascii") + b'",' + after + b"}"
-    record = dict(prepared.entry)
+    before = b"{" + low + b"," if low else b"{"
+    digest = hashlib.sha256(before + after + b"}").hexdigest()
+    body = b'%s"hash":"%s",%s}' % (before, digest.encode("ascii"), after)
+    record = prepared.entry.copy()
     record["seq"] = seq
     record["prev_hash"] = head.hash
     record["hash"] = digest

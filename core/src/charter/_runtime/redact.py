@@ -69,24 +69,6 @@ def _holder(d: dict[str, Any]) -> str | None:
     return None
 
 
-def _names_any(value: Any) -> bool:
-    """Whether any key, name/value pair or flag in `value` names a secret."""
-    t = type(value)
-    if t is dict:
-        if _holder(value) is not None:
-            return True
-        return any(names_secret(k) or _names_any(v) for k, v in value.items())
-    if t is list:
-        for v in value:
-            if type(v) is str:
-                name = _flag(v)
-                if name is not None and names_secret(name):
-                    return True
-            elif _names_any(v):
-                return True
-    return False
-
-
 def _lone_surrogate(c: str) -> bool:
     return "\ud800" <= c <= "\udfff"
 
@@ -132,17 +114,53 @@ def _metadata(value: Any) -> dict[str, Any]:
     return {"type": kind}
 
 
-def _collect(value: Any, out: list[str]) -> None:
-    t = type(value)
-    if t is str:
-        out.append(value)
-    elif t is dict:
-        for k, v in value.items():
-            out.append(k)
-            _collect(v, out)
-    elif t is list:
-        for v in value:
-            _collect(v, out)
+_NAMING_KEYS = frozenset(_NAMING)
+_HOLDING_KEYS = frozenset(_HOLDING)
+
+
+def _scan(value: Any, out: list[str]) -> bool:
+    """Add every string in `value` (object keys too) to `out`, and say whether any key,
+    name/value pair (`_holder`) or flag in an argument list names a secret.
+
+    One walk for both: this runs for every record written, and the two separate walks cost
+    more than the secret scan itself. The order of `out` is not document order; the strings
+    are joined with a separator no secret shape crosses, so it does not matter.
+    """
+    named = False
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        t = type(v)
+        if t is str:
+            out.append(v)
+        elif t is dict:
+            naming = holding = False
+            for k, x in v.items():
+                out.append(k)
+                tx = type(x)
+                if not named:
+                    if names_secret(k):
+                        named = True
+                    elif k in _NAMING_KEYS:
+                        naming = naming or (tx is str and names_secret(x))
+                    elif k in _HOLDING_KEYS:
+                        holding = True
+                if tx is str:
+                    out.append(x)
+                elif tx is dict or tx is list:
+                    stack.append(x)
+            named = named or (naming and holding)
+        elif t is list:
+            for x in v:
+                tx = type(x)
+                if tx is str:
+                    out.append(x)
+                    if not named:
+                        name = _flag(x)
+                        named = name is not None and names_secret(name)
+                elif tx is dict or tx is list:
+                    stack.append(x)
+    return named
 
 
 class _Masker:
@@ -257,13 +275,15 @@ class Redactor:
         step_name = out.get("step_name")
         if isinstance(step_name, str):
             texts.append(step_name)
-        for name in _MASKED_FIELDS:
-            _collect(out.get(name), texts)
         task_id = out.get("task_id")
         try:
+            named = False
+            for name in _MASKED_FIELDS:
+                value = out.get(name)
+                if value is not None:
+                    named = _scan(value, texts) or named
             joined = _JOIN.join(texts)
-            found = bool(texts) and contains_secret(joined)
-            found = found or any(_names_any(out.get(name)) for name in _MASKED_FIELDS)
+            found = named or (bool(texts) and contains_secret(joined))
             if isinstance(task_id, str) and contains_secret(task_id):
                 digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
                 out["task_id"] = "x-" + digest[:32]
