@@ -91,5 +91,6 @@ def bench(session: nox.Session) -> None:
         "bench/pg_append.py",
         "bench/provenance.py",
         "bench/checkpoints.py",
+        "bench/agt_compare.py",
     ):
         session.run("python", script)
