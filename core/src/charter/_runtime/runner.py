@@ -917,6 +917,7 @@ _FIELDS = tuple(f.name for f in dataclasses.fields(Behavior))
 _GET = operator.attrgetter(*_FIELDS)
 # The slot descriptors' own setters: frozen dataclasses refuse plain attribute assignment.
 _PUT = tuple(getattr(Behavior, name).__set__ for name in _FIELDS)
+_PUT_BY_NAME = dict(zip(_FIELDS, _PUT, strict=True))
 
 
 def wire_form(b: Behavior) -> dict[str, Any]:
@@ -951,8 +952,10 @@ def derive(b: Behavior, **changes: Any) -> Behavior:
     the hot path costs more than the evaluation. Never for anything a caller handed in raw.
     """
     new = object.__new__(Behavior)
-    for name, value, put in zip(_FIELDS, _GET(b), _PUT, strict=True):
-        put(new, changes.get(name, value))
+    for put, value in zip(_PUT, _GET(b), strict=True):
+        put(new, value)
+    for name, value in changes.items():
+        _PUT_BY_NAME[name](new, value)
     return new
 
 
