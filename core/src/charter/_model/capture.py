@@ -84,6 +84,23 @@ def _lost(exc: BaseException) -> str:
     return f"{_UNCAPTURABLE} {type(exc).__name__}{': ' + detail if detail else ''}]"
 
 
+def _path_text(path: Any) -> str:
+    """The text of a path built as nested ``(parent, key or index)`` pairs from ``""``:
+    ``args[1]``, ``headers.auth``. Built only when a note needs it (building every child's
+    path string as capture descends cost more than the capture)."""
+    parts: list[str | int] = []
+    while path != "":
+        path, last = path
+        parts.append(last)
+    text = ""
+    for part in reversed(parts):
+        if type(part) is int:
+            text += f"[{part}]"
+        else:
+            text = f"{text}.{part}" if text else str(part)
+    return text
+
+
 def _int_text(v: int) -> str:
     # str() refuses ints above 4,300 digits; Decimal's own conversion has no such limit.
     try:
@@ -104,7 +121,7 @@ class _Capture:
             return s[: self.max_string] + _TRUNCATED.format(n=len(s) - self.max_string)
         return s
 
-    def run(self, v: Any, depth: int, seen: set[int], path: str) -> Any:
+    def run(self, v: Any, depth: int, seen: set[int], path: Any) -> Any:
         try:
             return self.node(v, depth, seen, path)
         except RecursionError:
@@ -112,9 +129,17 @@ class _Capture:
         except Exception as exc:  # only this value is lost, not its siblings
             return _lost(exc)
 
-    def node(self, v: Any, depth: int, seen: set[int], path: str) -> Any:
-        if v is None or isinstance(v, bool):
+    def node(self, v: Any, depth: int, seen: set[int], path: Any) -> Any:
+        # Plain JSON leaves first, by exact type: most of what an agent hands over.
+        t = type(v)
+        if t is str:
+            return self.text(v)
+        if t is int:
+            return v if -MAX_SAFE_INT <= v <= MAX_SAFE_INT else _int_text(v)
+        if v is None or t is bool:
             return v
+        if t is float:
+            return v if math.isfinite(v) else repr(v)
         if isinstance(v, str):
             return self.text(str(v))
         if isinstance(v, int) and not isinstance(v, enum.Enum):
@@ -134,9 +159,9 @@ class _Capture:
             raw = bytes(v)
             if self.max_string is not None and len(raw) > self.max_string:
                 cut = raw[: self.max_string].decode("utf-8", "surrogateescape")
-                self.notes[path] = "bytes as utf-8"
+                self.notes[_path_text(path)] = "bytes as utf-8"
                 return cut + _TRUNCATED.format(n=len(raw) - self.max_string)
-            self.notes[path] = "bytes as utf-8"
+            self.notes[_path_text(path)] = "bytes as utf-8"
             return raw.decode("utf-8", "surrogateescape")
         if self.max_depth is not None and depth >= self.max_depth:
             return _MAX_DEPTH
@@ -148,7 +173,7 @@ class _Capture:
         finally:
             seen.discard(id(v))
 
-    def container(self, v: Any, depth: int, seen: set[int], path: str) -> Any:
+    def container(self, v: Any, depth: int, seen: set[int], path: Any) -> Any:
         if isinstance(v, Mapping):
             return self.mapping(v.items(), len(v), depth, seen, path)
         if isinstance(v, list | tuple | frozenset | set):
@@ -175,7 +200,7 @@ class _Capture:
         return self.text(repr(v))
 
     def mapping(
-        self, items: Any, size: int, depth: int, seen: set[int], path: str
+        self, items: Any, size: int, depth: int, seen: set[int], path: Any
     ) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for i, (k, val) in enumerate(items):
@@ -183,13 +208,13 @@ class _Capture:
                 out["…"] = f"…[{size - self.max_items} more items]"
                 break
             key = k if isinstance(k, str) else str(self.run(k, depth + 1, seen, path))
-            out[key] = self.run(val, depth + 1, seen, f"{path}.{key}" if path else key)
+            out[key] = self.run(val, depth + 1, seen, (path, key))
         return out
 
-    def sequence(self, items: list[Any], depth: int, seen: set[int], path: str) -> list[Any]:
+    def sequence(self, items: list[Any], depth: int, seen: set[int], path: Any) -> list[Any]:
         limit = self.max_items
         kept = items if limit is None else items[:limit]
-        out = [self.run(x, depth + 1, seen, f"{path}[{i}]") for i, x in enumerate(kept)]
+        out = [self.run(x, depth + 1, seen, (path, i)) for i, x in enumerate(kept)]
         if limit is not None and len(items) > limit:
             out.append(f"…[{len(items) - limit} more items]")
         return out
