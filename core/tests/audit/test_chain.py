@@ -146,6 +146,25 @@ def test_seal_matches_canonical_form(
     assert decode_json(sealed.body) == record
 
 
+def test_a_record_holding_the_encoder_stand_ins_still_seals_to_its_canonical_form() -> None:
+    # The chain keys are held by per-process stand-ins while a record is encoded once; a
+    # record that somehow holds them (only code in this process can know them) is encoded
+    # member by member instead, to the same bytes.
+    from charter._audit import chain
+
+    entry = {
+        "agent_id": "a",
+        "task_id": "t",
+        "kind": "step.exec",
+        "timestamp": "2026-11-30T05:49:05Z",
+        "input": {"hash": chain._NONCE + "h", "seq": chain._NONCE + "s"},
+    }
+    sealed = seal(prepare_entry(entry), ChainHead(4, "ab" * 32))
+    assert sealed.body == rfc8785.dumps(sealed.entry)
+    assert sealed.entry["input"] == entry["input"]
+    assert sealed.hash == entry_hash(sealed.entry)
+
+
 @pytest.mark.parametrize(
     ("entry", "message"),
     [
