@@ -47,6 +47,8 @@ from charter._runtime.steps import (
     node_step,
     tool_step,
     usage,
+    user_contents,
+    user_inputs,
 )
 
 if _TYPE_CHECKING:
@@ -126,4 +128,6 @@ __all__ = [
     "tool_step",
     "tool_verdicts",
     "usage",
+    "user_contents",
+    "user_inputs",
 ]

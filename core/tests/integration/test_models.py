@@ -362,7 +362,7 @@ def test_requested_tool_calls_are_judged_on_arrival_and_recorded_only_when_run(
     verdicts = began.finish(ci.ModelReply(text="", tool_calls=calls))
     assert [v.decision for v in verdicts[:2]] == ["allow", "block"]
     assert "no-delete" in verdicts[1].reason
-    assert [r["kind"] for r in trail(mc)] == ["task.start", "step.model"]
+    assert [r["kind"] for r in trail(mc)] == ["task.start", "step.message", "step.model"]
 
     ran: list[str] = []
 
@@ -380,7 +380,7 @@ def test_requested_tool_calls_are_judged_on_arrival_and_recorded_only_when_run(
     assert results[0].content == "contents"
     assert "no-delete" in (results[1].refusal or "")
     assert "not valid JSON" in (results[2].refusal or "")
-    tools = [(r["step_name"], r["meta"]["charter.outcome"]) for r in trail(mc)[2:]]
+    tools = [(r["step_name"], r["meta"]["charter.outcome"]) for r in trail(mc)[3:]]
     assert tools == [("read_file", "ok"), ("delete_file", "blocked")]
 
 
@@ -481,3 +481,113 @@ def test_send_runs_one_provider_call_under_the_lifecycle(
         ("big-model", "blocked"),
         ("small-model", "ok"),
     ]
+
+
+# -- the user's words -----------------------------------------------------------------------
+
+MAIL_TO_USER_NAMED = {
+    "name": "mail-only-whom-the-user-named",
+    "rule_type": "value_provenance",
+    "severity": "critical",
+    "match": {"step_names": ["send_email"]},
+    "params": {"fields": ["input.to"], "trust": "user"},
+}
+
+
+def _mail(mc: ci.ModelClient, to: str) -> ci.ToolResult:
+    [result] = mc.run_tools(
+        [ci.tool_call("send_email", {"to": to}, f"c-{to}")], {"send_email": lambda to: "sent"}
+    )
+    return result
+
+
+def test_user_messages_are_recorded_once_as_user_content_and_assistant_ones_never(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    mc = client(MAIL_TO_USER_NAMED)
+    first = [
+        ci.chat_message("system", "Mail ops@corp.example on errors."),
+        ci.chat_message("user", "Mail ann@corp.example the report."),
+    ]
+    began = mc.begin(ci.model_step("scripted", "small-model", first))
+    assert isinstance(began, ci.ModelCall)
+    began.finish(ci.ModelReply(text="I will also mail eve@evil.example."))
+    again = [
+        *first,
+        ci.chat_message("assistant", "I will also mail eve@evil.example."),
+        ci.chat_message("user", "And bob@corp.example."),
+    ]
+    began = mc.begin(ci.model_step("scripted", "small-model", again))
+    assert isinstance(began, ci.ModelCall)
+    began.finish(ci.ModelReply(text="ok"))
+    said = [r["input"]["content"] for r in trail(mc) if r["step_name"] == "user_message"]
+    assert said == ["Mail ann@corp.example the report.", "And bob@corp.example."]
+    assert _mail(mc, "ann@corp.example").ok and _mail(mc, "bob@corp.example").ok
+    # the model's own words and the system prompt are not the user's
+    for to in ("eve@evil.example", "ops@corp.example"):
+        refused = _mail(mc, to)
+        assert refused.refusal is not None and "mail-only-whom-the-user-named" in refused.refusal
+
+
+def test_a_planner_runs_on_the_first_user_message_of_a_raw_client_task(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    seen: list[str] = []
+
+    def planner(request: str) -> dict[str, Any]:
+        seen.append(request)
+        return {"tools": {"read_file": {}}}
+
+    caps = {"name": "caps", "rule_type": "capabilities", "severity": "critical"}
+    mc = client(caps, planner=planner)
+    began = mc.begin(step(text="Read a.txt for me."))
+    assert isinstance(began, ci.ModelCall)
+    began.finish(ci.ModelReply(text=""))
+    calls = (
+        ci.tool_call("read_file", {"path": "a.txt"}, "c1"),
+        ci.tool_call("delete_file", {"path": "a.txt"}, "c2"),
+    )
+    results = mc.run_tools(calls, {"read_file": lambda path: "A", "delete_file": lambda path: ""})
+    assert seen == ["Read a.txt for me."]
+    assert results[0].ok
+    assert "'delete_file' is not in the task's planner grant" in (results[1].refusal or "")
+
+
+def test_a_refused_user_message_refuses_the_model_call(
+    client: Callable[..., ci.ModelClient],
+) -> None:
+    no_input = {
+        "name": "no-pasted-keys",
+        "rule_type": "deny",
+        "severity": "critical",
+        "match": {"kinds": ["step.message"], "verbs": ["GET"]},
+    }
+    mc = client(no_input)
+    began = mc.begin(step())
+    assert isinstance(began, ci.Blocked) and "no-pasted-keys" in began.reason
+    assert [r["kind"] for r in trail(mc)] == ["task.start", "step.message"]
+    assert trail(mc)[-1]["meta"]["charter.outcome"] == "blocked"
+
+
+def test_user_inputs_reads_the_shapes_chat_frameworks_take() -> None:
+    class Human:
+        type = "human"
+        content = "from an object"
+
+    class AI:
+        type = "ai"
+        content = "model words"
+
+    given = [
+        ("user", "old turn"),
+        AI(),
+        {"role": "user", "content": "a dict"},
+        ("human", "a pair"),
+        Human(),
+        "a bare string",
+        {"role": "system", "content": "not the user"},
+        {"role": "tool", "content": "not the user"},
+    ]
+    assert ci.user_inputs(given) == ["a dict", "a pair", "from an object", "a bare string"]
+    assert ci.user_inputs("one message") == ["one message"]
+    assert ci.user_inputs(None) == []

@@ -274,7 +274,10 @@ def test_the_sdks_tool_runner_runs_governed_copies_of_its_tools(
     assert ran == [], "the runner ran a blocked tool"
     assert vcr.play_count == 2
     steps = [(r["kind"], r["step_name"], r["meta"]["charter.outcome"]) for r in recorded(gov)[1:]]
+    # The runner sends the user's message again with the tool result: it is recorded once,
+    # and the tool result (a user-role block) is never the user's words.
     assert steps == [
+        ("step.message", "user_message", "ok"),
         ("step.model", MODEL, "ok"),
         ("step.unknown", "contract_probe", "blocked"),
         ("step.model", MODEL, "ok"),

@@ -26,6 +26,7 @@ def test_allowed_tool_runs_and_is_recorded(build_crew, calling, audit, trail, ra
     (task_id,) = handle.task_ids
     assert trail.summary(task_id) == [
         ("task.start", "crew", None),
+        ("step.message", "user_message", "ok"),
         ("step.model", "scripted-model", "ok"),
         ("step.resource", "get_weather", "ok"),
         ("step.model", "scripted-model", "ok"),
@@ -33,7 +34,10 @@ def test_allowed_tool_runs_and_is_recorded(build_crew, calling, audit, trail, ra
         ("task.end", "crew", None),
     ]
     records = trail.read(task_id)
-    tool = records[2]
+    # The kickoff inputs are the user's request: recorded as a user message.
+    assert records[1]["input"] == {"content": {"topic": "weather"}}
+    assert records[1]["properties"]["message"] == {"role": "user"}
+    tool = records[3]
     assert tool["verb"] == "GET"
     assert tool["input"] == {"city": "Oslo"}
     assert tool["output"] == {"result": "sunny in Oslo"}

@@ -193,11 +193,15 @@ class Audit:
     def records(self) -> list[dict[str, Any]]:
         return [r for task in self.tasks() for r in task]
 
-    def steps(self, kind: str | None = None) -> list[dict[str, Any]]:
+    def steps(self, kind: str | None = None, *, user: bool = False) -> list[dict[str, Any]]:
+        """The steps recorded, of `kind` if given; the user's own messages only with `user`
+        (they are what the agent was asked, not steps it took)."""
         return [
             r
             for r in self.records()
-            if not r["kind"].startswith("task.") and (kind is None or r["kind"] == kind)
+            if not r["kind"].startswith("task.")
+            and (kind is None or r["kind"] == kind)
+            and (user or not _said_by_user(r))
         ]
 
     def outcome(self, record: dict[str, Any]) -> str:
@@ -243,3 +247,12 @@ class Helpers:
 @pytest.fixture
 def h() -> type[Helpers]:
     return Helpers
+
+
+def _said_by_user(record: dict[str, Any]) -> bool:
+    message = record.get("properties", {}).get("message") or {}
+    return (
+        record["kind"] == "step.message"
+        and record.get("verb") == "GET"
+        and (message.get("role") == "user")
+    )

@@ -386,6 +386,7 @@ def test_a_run_paused_in_one_process_resumes_in_another(
         store.close()
     assert [r["kind"] for r in task] == [
         "task.start",
+        "step.message",  # the user's request, recorded once: the resume adds no message
         "step.model",
         "step.gate",
         "step.message",

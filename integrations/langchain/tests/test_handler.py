@@ -329,6 +329,7 @@ def test_agent_without_middleware_is_governed_by_the_handler(
     (task,) = audit.tasks()
     kinds = [(r["kind"], r["step_name"], r["meta"].get("charter.outcome", "-")) for r in task]
     assert kinds[1:-1] == [
+        ("step.message", "user_message", "ok"),
         ("step.model", "ScriptedChatModel", "ok"),
         ("step.resource", "get_weather", "ok"),
         ("step.model", "ScriptedChatModel", "ok"),

@@ -38,13 +38,15 @@ def test_allowed_tools_run_and_the_run_is_one_verified_task(
     (task,) = audit.tasks()
     assert [(r["kind"], r["step_name"]) for r in task] == [
         ("task.start", "agent"),
+        ("step.message", "user_message"),  # the user's request, trust level user
         ("step.model", "ScriptedChatModel"),
         ("step.resource", "get_weather"),
         ("step.model", "ScriptedChatModel"),
         ("task.end", "agent"),
     ]
     assert task[0]["task_id"] == charter.task_id_from("support/42")
-    assert task[2]["input"] == {"city": "Oslo"} and task[2]["output"] == {
+    assert task[1]["properties"]["message"] == {"role": "user"}
+    assert task[3]["input"] == {"city": "Oslo"} and task[3]["output"] == {
         "content": "sunny in Oslo"
     }
     audit.verify()
@@ -131,7 +133,7 @@ def test_blocked_model_call_ends_the_run_cleanly(
     last = result["messages"][-1]
     assert last.type == "ai" and "blocked by policy 'no-models'" in last.content
     (task,) = audit.tasks()
-    assert [r["kind"] for r in task] == ["task.start", "step.model", "task.end"]
+    assert [r["kind"] for r in task] == ["task.start", "step.message", "step.model", "task.end"]
     audit.verify()
 
 
@@ -244,6 +246,7 @@ def test_with_the_callback_handler_too_each_step_is_recorded_once(
     steps = Counter((r["kind"], r["step_name"]) for r in task if not r["kind"].startswith("task."))
     assert steps == Counter(
         {
+            ("step.message", "user_message"): 1,
             ("step.model", "ScriptedChatModel"): 2,
             ("step.resource", "get_weather"): 1,
             ("step.resource", "delete_file"): 1,
@@ -289,7 +292,7 @@ def test_an_error_inside_charter_blocks_the_call(
     real = gov.build_step
 
     def broken(*args: Any, **kwargs: Any) -> Any:
-        if args and args[0] == "step.model":
+        if args and args[0] in ("step.model", "step.message"):
             return real(*args, **kwargs)
         raise RuntimeError("engine exploded")
 

@@ -139,7 +139,11 @@ def test_a_callback_handler_sees_the_claim_on_exactly_the_gated_steps(
     assert recorder.runs[0]["event"] == "chain" and recorder.runs[0]["claim"] is None
     assert current_claim() is None
     recorded = sorted(r["step_name"] for r in records if r["kind"].startswith("step."))
-    assert recorded == ["agent", "agent", "lookup", "lookup"]
+    # The graph input's human message is the user's request, recorded once as user content.
+    assert recorded == ["agent", "agent", "lookup", "lookup", "user_message"]
+    (said,) = [r for r in records if r["step_name"] == "user_message"]
+    assert said["input"]["content"] == "find a and b"
+    assert said["properties"]["message"] == {"role": "user"}
     # The task id is in the thread's checkpoints too: that is how a resume finds it.
     latest = saver.get_tuple(config)
     assert latest is not None and latest.metadata["charter_task_id"] == task_id

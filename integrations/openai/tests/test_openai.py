@@ -280,6 +280,7 @@ def test_requested_tool_calls_are_judged_on_arrival_and_the_executor_refuses_blo
     assert messages[1]["tool_call_id"] == "call_del_1" and "no-delete" in messages[1]["content"]
     steps = [(r["kind"], r["step_name"], r["meta"]["charter.outcome"]) for r in recorded(gov)[1:]]
     assert steps == [
+        ("step.message", "user_message", "ok"),
         ("step.model", MODEL, "ok"),
         ("step.resource", "read_file", "ok"),
         ("step.resource", "delete_file", "blocked"),

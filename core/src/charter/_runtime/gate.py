@@ -25,7 +25,7 @@ import contextvars
 import logging
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -35,13 +35,14 @@ from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
 from charter._model.identifiers import step_name_from, task_id_from
+from charter._model.paths import iter_strings
 from charter._policy.policy import Severity
 from charter._runtime.approval import ApprovalRequest
 from charter._runtime.governor import Governor, StepHandle
 from charter._runtime.internal import report_internal_error
 from charter._runtime.runner import Runner
 from charter._runtime.settings import Settings
-from charter._runtime.steps import Step, tool_step
+from charter._runtime.steps import Step, message_step, tool_step
 
 __all__ = [
     "CLAIM_KEY",
@@ -585,6 +586,39 @@ class Gate:
         ids = dict(pending.step.properties.get("framework") or {})
         ids.pop("name", None)
         return self.tool_step(name, args, call_id=pending.call_id, ids=ids)
+
+    def user_messages(
+        self, task_id: str, contents: Iterable[Any], *, ids: Mapping[str, Any] | None = None
+    ) -> Blocked | None:
+        """Record what the user said to start or continue task `task_id`: each of `contents`
+        (the content of one message the user wrote, text or content parts) as a
+        ``step.message GET`` with role user, the content `value_provenance` reads at trust
+        level ``user`` and the request a planner (`charter.Governor`'s ``planner=``) reads.
+
+        Pass only the person's own words: never a model's output, a tool's result or a
+        framework's prompt. A content this task recorded as a user message already (by any
+        integration on the same Governor) is not recorded again; an empty one is skipped.
+        Returns `Blocked` when a policy refused a message (refuse the run with it), None when
+        all are recorded. Never raises except `charter.AuditError` under sync durability.
+        """
+        for content in contents:
+            if not any(s.strip() for s in iter_strings(content)):
+                continue
+            step = message_step(
+                self.framework, "GET", "user", content, name="user_message", ids=ids
+            )
+            said = step.input.get("content")
+            if not self.governor._first_said(task_id, said):
+                continue
+            decision = self.decide(step, task_id)
+            if isinstance(decision, Allowed):
+                self.complete(decision.handle, {})
+                continue
+            self.governor._unsay(task_id, said)
+            if isinstance(decision, Blocked):
+                return decision
+            return Blocked(step, "blocked: a user message waits for an approval", None)
+        return None
 
     # -- recording ----------------------------------------------------------------------------
 

@@ -415,6 +415,7 @@ class Governor:
         self._warned: set[str] = set()
         self._names: dict[str, str] = {}
         self._approvals: dict[tuple[str, str, str], list[_Gate]] = {}
+        self._user_said: dict[str, set[str]] = {}
         self.incidents = 0
         self.approvals_asked = 0
 
@@ -553,6 +554,35 @@ class Governor:
         )
         return self.runner.record(record)
 
+    def _first_said(self, task_id: str, content: Any) -> bool:
+        """Whether `content` (as a message step captures it) is new as a user message of
+        `task_id`, marking it said. The first call for a task reads what its history holds
+        already (a task restored from the store, a message another integration recorded)."""
+        digest = canonical_digest(content)
+        with self._lock:
+            said = self._user_said.get(task_id)
+        if said is None:
+            history = self.runner.engine.get_history(task_id)
+            found = {
+                canonical_digest(b.input.get("content"))
+                for b in history
+                if _is_user_message(b) and isinstance(b.input, dict)
+            }
+            with self._lock:
+                said = self._user_said.setdefault(task_id, found)
+        with self._lock:
+            if digest in said:
+                return False
+            said.add(digest)
+            return True
+
+    def _unsay(self, task_id: str, content: Any) -> None:
+        """Forget that `content` was said in `task_id` (its message was refused, not recorded)."""
+        with self._lock:
+            said = self._user_said.get(task_id)
+            if said is not None:
+                said.discard(canonical_digest(content))
+
     def _plan(self, message: Behavior) -> None:
         """Run the planner on the task's first user message and record its grant; never
         raises (a planner that fails grants nothing, and the layer says why)."""
@@ -641,6 +671,7 @@ class Governor:
     def _forget(self, task_id: str) -> None:
         with self._lock:
             self._names.pop(task_id, None)
+            self._user_said.pop(task_id, None)
             for key in [k for k in self._approvals if k[0] == task_id]:
                 del self._approvals[key]
 

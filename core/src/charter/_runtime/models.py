@@ -8,7 +8,10 @@ tool-result message) around the one lifecycle kept here:
    and finds its task: the claim another integration holds on the same Governor (a graph
    node, a governed tool), else the Governor's current task (``with gov.task():``), else a
    task of the client's own, started on first use. A model call that another integration
-   claimed (LangChain's middleware) is left to it: `begin` returns None.
+   claimed (LangChain's middleware) is left to it: `begin` returns None. The request's
+   ``user`` messages the task has not recorded yet are recorded first (`Gate.user_messages`),
+   unless the call runs inside another integration's step: the user's words are the task's
+   ``user`` content and what a planner reads; assistant and tool messages never are.
 2. The Gate judges the intent. `Blocked` comes back to the mapping, which raises the SDK's
    refusal before anything is sent: a blocked call never reaches the provider.
 3. The mapping calls the provider, then settles the `ModelCall` once: `finish` with the reply
@@ -42,7 +45,7 @@ from charter._model.capture import capture
 from charter._runtime.gate import Allowed, Blocked, Claim, Gate, claim, current_claim
 from charter._runtime.governor import StepHandle
 from charter._runtime.internal import report_internal_error
-from charter._runtime.steps import Step, model_outcome
+from charter._runtime.steps import Step, model_outcome, user_contents
 
 __all__ = [
     "ModelCall",
@@ -247,6 +250,9 @@ class ModelClient:
         task = self.task_for(held)
         if isinstance(task, Blocked):
             return task
+        refused = self._user_said(step, task, held)
+        if refused is not None:
+            return refused
         decision = self.gate.decide(step, task)
         return self._call(step, task, decision)
 
@@ -258,8 +264,29 @@ class ModelClient:
         task = self.task_for(held)
         if isinstance(task, Blocked):
             return task
+        refused = self._user_said(step, task, held)
+        if refused is not None:
+            return refused
         decision = await self.gate.adecide(step, task)
         return self._call(step, task, decision)
+
+    def _user_said(self, step: Step, task: str, held: Claim | None) -> Blocked | None:
+        """Record the request's user messages the task has not seen yet, before the model
+        call is judged: the user's own words are the task's ``user`` content and what its
+        planner reads. A refused message refuses the call. A call made inside a step another
+        integration gated (a tool, a graph node) sends a prompt that code wrote, not the
+        user: nothing is recorded for it (the outer integration recorded the user's words)."""
+        if held is not None and held.governor is self.gate.governor:
+            return None
+        messages = step.input.get("messages")
+        if not isinstance(messages, list):
+            return None
+        contents = user_contents([m for m in messages if isinstance(m, Mapping)])
+        if not contents:
+            return None
+        ids = step.properties.get("framework")
+        ids = {k: v for k, v in ids.items() if k != "name"} if isinstance(ids, dict) else None
+        return self.gate.user_messages(task, contents, ids=ids)
 
     def send(
         self,

@@ -50,6 +50,8 @@ __all__ = [
     "node_step",
     "tool_step",
     "usage",
+    "user_contents",
+    "user_inputs",
 ]
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -206,6 +208,55 @@ def new_messages(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
         if messages[i].get("role") == "assistant":
             return list(messages[i + 1 :])
     return list(messages)
+
+
+def user_contents(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
+    """The content of each ``user`` message among chat `messages` (as `chat_message` builds
+    them), in order: what `Gate.user_messages` records. Assistant, system and tool messages
+    are never the user's words and are left out."""
+    return [m.get("content") for m in messages if m.get("role") == "user"]
+
+
+_USER = ("user", "human")
+_ASSISTANT = ("assistant", "ai")
+
+
+def _role_and_content(message: Any) -> tuple[str | None, Any]:
+    if isinstance(message, str):
+        return "user", message  # chat frameworks read a bare string as the user's message
+    if isinstance(message, Mapping):
+        return _word(message.get("role") or message.get("type")), message.get("content")
+    if isinstance(message, tuple) and len(message) == 2:
+        return _word(message[0]), message[1]
+    role = _word(getattr(message, "type", None))
+    if role not in _USER and role not in _ASSISTANT:
+        role = _word(getattr(message, "role", None)) or role
+    return role, getattr(message, "content", None)
+
+
+def _word(value: Any) -> str | None:
+    return value.lower() if isinstance(value, str) else None
+
+
+def user_inputs(messages: Any) -> list[Any]:
+    """The user's words in the input of a chat framework's run: the content of each user
+    message after the last assistant message (earlier turns were recorded by earlier runs),
+    in order, for `Gate.user_messages`.
+
+    `messages` is a sequence of messages in the shapes chat frameworks take as input:
+    mappings with ``role`` (or ``type``) and ``content`` (as `chat_message` builds them),
+    ``(role, content)`` pairs, message objects with ``type`` or ``role`` and ``content``
+    (LangChain's HumanMessage has type ``human``), and bare strings (a user message); a
+    single string is one user message. Roles ``user`` and ``human`` are the user's; system,
+    tool and unknown roles are nobody's words and are left out.
+    """
+    if isinstance(messages, str):
+        return [messages]
+    if not isinstance(messages, Sequence):
+        return []
+    seen = [_role_and_content(m) for m in messages]
+    last = max((i for i, (role, _) in enumerate(seen) if role in _ASSISTANT), default=-1)
+    return [content for role, content in seen[last + 1 :] if role in _USER]
 
 
 def model_step(

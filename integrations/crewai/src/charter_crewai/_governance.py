@@ -19,7 +19,7 @@ import contextvars
 import threading
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -548,6 +548,13 @@ class Governance:
             return None
         if isinstance(started, Blocked):
             return started
+        if isinstance(owner, crewai.crew_type) and isinstance(inputs, Mapping) and inputs:
+            # A crew's user request is its kickoff inputs: the values a person gave the crew
+            # (its task descriptions are the crew author's configuration, not user content).
+            refused = self.gate.user_messages(started, [dict(inputs)])
+            if refused is not None:
+                self.gate.end_task(started, self._abort(refused))
+                return refused
         run = _Run(self, weakref.ref(owner), started, closes_with_task)
         with _lock:
             _runs.setdefault(id(owner), {})[id(self)] = run

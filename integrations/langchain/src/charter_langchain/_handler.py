@@ -134,6 +134,11 @@ class CharterCallbackHandler(BaseCallbackHandler):
                 )
                 if isinstance(started, ci.Blocked):
                     raise started.error(BlockedStepError)
+                refused = self._gate.user_messages(started, _user_words(root.inputs))
+                if refused is not None:
+                    error = refused.error(BlockedStepError)
+                    self._gate.end_task(started, error)
+                    raise error
                 root.task_id = started
             return root.task_id
 
@@ -411,3 +416,13 @@ def _root_input(inputs: Any) -> Any:
 
 def _root_output(output: Any) -> Any:
     return jsonish(output) if output is not None else None
+
+
+def _user_words(inputs: Any) -> list[Any]:
+    """The user's request in a root run's input: the new human messages of its
+    ``messages`` (an agent's or a chat graph's input), or of a list of messages."""
+    if isinstance(inputs, Mapping):
+        inputs = inputs.get("messages")
+    if isinstance(inputs, str) or not isinstance(inputs, list | tuple):
+        return []
+    return ci.user_inputs(inputs)

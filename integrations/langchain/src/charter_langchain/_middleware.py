@@ -64,7 +64,9 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
 
     - ``before_agent`` opens the task: the first run on a thread uses
       ``task_id_from(thread_id)``, later runs on the thread ``<that>:<n>``; without a
-      thread id a fresh id. ``after_agent`` closes it with task.end.
+      thread id a fresh id. The run's new human messages (after the last AI message) are
+      recorded as the user's messages (`Gate.user_messages`). ``after_agent`` closes it
+      with task.end.
     - ``wrap_model_call`` / ``awrap_model_call`` gate and record model calls (token usage
       and stop reason recorded); ``wrap_tool_call`` / ``awrap_tool_call`` gate and record tool
       calls (kind, verb and properties from the templates; input = the arguments).
@@ -131,6 +133,12 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         messages = _get(state, "messages") or []
         start_input = {"message": message_json(messages[-1])} if messages else None
         started = self._gate.start_task(task_id, str(name), start_input)
+        if not isinstance(started, ci.Blocked):
+            # The run's new human messages are the user's request: the task's user content.
+            refused = self._gate.user_messages(started, ci.user_inputs(messages))
+            if refused is not None:
+                self._gate.end_task(started, refused.error(BlockedStepError))
+                started = refused
         if isinstance(started, ci.Blocked):
             if self.on_block == "raise":
                 raise started.error(BlockedStepError)

@@ -36,6 +36,7 @@ from charter.integration import (
     claim,
     node_step,
     read_answers,
+    user_inputs,
 )
 from langchain_core.messages import ToolMessage
 from langchain_core.runnables import Runnable, RunnableConfig
@@ -671,6 +672,11 @@ class Governance:
             )
             if isinstance(started, Blocked):
                 raise started.error()
+            refused = self.gate.user_messages(started, _user_words(input))
+            if refused is not None:
+                error = refused.error()
+                self.gate.end_task(started, error)
+                raise error
             task_id = started
             self._opened.add(task_id)
         if self.registry.get(task_id) is None:
@@ -729,6 +735,18 @@ class Governance:
             if error is None:
                 raise
             error.add_note(f"charter: the task's end could not be recorded: {exc}")
+
+
+def _user_words(input: Any) -> list[Any]:
+    """The user's request in a run's input: the new human messages of its ``messages``
+    channel (MessagesState and agents built on it); a graph whose input has no messages
+    carries no user content."""
+    messages = input.get("messages") if isinstance(input, Mapping) else None
+    if isinstance(messages, str):
+        return [messages]
+    if not isinstance(messages, list | tuple):
+        return []
+    return user_inputs(messages)
 
 
 def _task_of(state: TaskState | None) -> str:
