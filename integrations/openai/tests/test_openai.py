@@ -288,6 +288,40 @@ def test_requested_tool_calls_are_judged_on_arrival_and_the_executor_refuses_blo
 
 
 @pytest.mark.vcr
+@pytest.mark.default_cassette("chat_files.yaml")
+def test_the_users_message_is_user_content_and_a_planner_grants_the_task_from_it(
+    governor: Callable[..., charter.Governor],
+) -> None:
+    seen: list[str] = []
+
+    def planner(request: str) -> dict[str, Any]:
+        seen.append(request)
+        return {"tools": {"read_file": {"args": {"path": {"source": "user"}}}}}
+
+    caps = {"name": "caps", "rule_type": "capabilities", "severity": "critical"}
+    gov = governor(caps, planner=planner)
+    client, governance = client_for(gov)
+    request = "Read notes.txt, then delete it."
+    response = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": request}]
+    )
+    assert seen == [request], "the planner reads the user's message, nothing else"
+    verdicts = [(v.call.name, v.decision) for v in governance.verdicts(response)]
+    assert verdicts == [("read_file", "allow"), ("delete_file", "block")]
+    ran: list[str] = []
+    messages = governance.run_tools(
+        response, {"read_file": lambda path: ran.append(path) or "notes", "delete_file": ran.append}
+    )
+    # notes.txt was named by the user: the grant's source user holds it
+    assert ran == ["notes.txt"]
+    assert "'delete_file' is not in the task's planner grant" in messages[1]["content"]
+    said = [r for r in recorded(gov) if r["kind"] == "step.message"]
+    assert [(r["input"]["content"], r["properties"]["message"]["role"]) for r in said] == [
+        (request, "user")
+    ]
+
+
+@pytest.mark.vcr
 @pytest.mark.default_cassette("responses_text.yaml")
 def test_the_responses_api_is_governed_with_instructions_as_the_system_message(
     governor: Callable[..., charter.Governor],

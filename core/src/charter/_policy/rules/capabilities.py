@@ -254,8 +254,9 @@ def _layer_problem(layer: GrantLayer, view: Behavior, sources: _Sources) -> str 
         "in content value_provenance trusts; matched after the same normalisation), "
         "`required`. Lists are judged item by item. The grant is read from the task's records "
         "(task.start and later narrowings), so replay judges the same way. Model calls, "
-        "approvals, task boundaries and messages the agent receives (step.message GET that "
-        "is no tool call) are not judged. A task with no "
+        "approvals, task boundaries, messages the agent receives (step.message GET that "
+        "is no tool call) and a framework's units of work (step.self with properties.task, "
+        "a CrewAI task) are not judged. A task with no "
         "grant violates unless `without_grant` is comply."
     ),
     params_schema={
@@ -285,7 +286,9 @@ def capabilities(view: Behavior, p: _Params, ctx: RuleContext) -> Verdict:
         return True
     if kind is ActionKind.STEP_MESSAGE and view.verb is Verb.GET and "tool" not in view.properties:
         return True  # a message the agent received (a tool that reads messages is judged)
-    if kind is ActionKind.STEP_SELF and is_grant_record(view):
+    if kind is ActionKind.STEP_SELF and (is_grant_record(view) or "task" in view.properties):
+        # Charter's grant records, and a framework's unit of work (a CrewAI task): the
+        # grant judges the tools the work calls, not the work item around them.
         return True
     index = ctx.history.index(GrantIndex.KEY, GrantIndex)
     layers = index.layers
