@@ -187,3 +187,34 @@ def test_replay_judges_the_recorded_grant_the_same_way_and_show_displays_it(
     assert "  planner: read_inbox, send_email" in shown.output
     assert "  narrowed: read_inbox" in shown.output
     assert "; planner: nothing yet (the planner runs on the task" in shown.output  # task.start
+
+
+@pytest.mark.parametrize(
+    "limit",
+    [
+        {"rule_type": "max_steps", "params": {"max": 3}},
+        {"rule_type": "rate_limit", "params": {"max": 3, "window_seconds": 60}},
+    ],
+    ids=["max_steps", "rate_limit"],
+)
+def test_a_grant_record_is_not_a_step_for_step_counts_and_rate_limits(
+    tmp_path: Path, limit: dict[str, Any]
+) -> None:
+    """Charter's own step.self PATCH charter.capabilities record (a narrowing, a planner's
+    grant) is bookkeeping: limits that count every step kind leave it out."""
+
+    def planner(request: str) -> dict[str, Any]:
+        return MAIL
+
+    policy = {"name": "three-steps", "severity": "critical", **limit}
+    gov = _gov(tmp_path, policies=[*CAPS, policy], planner=planner)
+    with gov.task():
+        _user(gov, "Read my inbox, reply to alice@example.com")  # 1: plans, records a grant
+        gov.narrow_grant(MAIL)  # a second grant record
+        assert _try(gov, "read_inbox", verb="GET") == "ran"  # 2
+        assert _try(gov, "read_inbox", verb="GET") == "ran"  # 3
+        refused = _try(gov, "read_inbox", verb="GET")
+    grants = [r for r in recorded(gov) if r["step_name"] == "charter.capabilities"]
+    gov.close()
+    assert len(grants) == 2
+    assert "three-steps" in refused and "this would be the 4th matching step" in refused

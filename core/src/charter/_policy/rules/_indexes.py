@@ -26,6 +26,7 @@ from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, O
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath
 from charter._model.trust import ALL, OutputPath, Trust, parse_output_path, trust_level
+from charter._policy.capabilities import GRANT_META, GRANT_STEP
 from charter._policy.extract import (
     iban_checksum_ok,
     json_number_key,
@@ -125,6 +126,17 @@ def _is_step(step: Behavior) -> bool:
     return step.kind not in TASK_BOUNDARY_KINDS
 
 
+def is_bookkeeping(step: Behavior) -> bool:
+    """Whether `step` is Charter's own record, not an agent's action: the ``step.self PATCH
+    charter.capabilities`` record of a task's grant. Step counts, rate limits and budgets
+    never count it."""
+    return (
+        step.kind is ActionKind.STEP_SELF
+        and step.step_name == GRANT_STEP
+        and GRANT_META in step.meta
+    )
+
+
 class CountIndex:
     """How many recorded `ok` steps match the selector."""
 
@@ -139,7 +151,7 @@ class CountIndex:
         return index_key("charter.count_ok", select.key)
 
     def add(self, step: Behavior) -> None:
-        if step.outcome is Outcome.OK and self._select.matches(step):
+        if step.outcome is Outcome.OK and self._select.matches(step) and not is_bookkeeping(step):
             self.count += 1
 
 
@@ -159,7 +171,11 @@ class TimeIndex:
         return index_key("charter.times", select.key, tuple(sorted(outcomes)))
 
     def add(self, step: Behavior) -> None:
-        if step.outcome in self._outcomes and self._select.matches(step):
+        if (
+            step.outcome in self._outcomes
+            and self._select.matches(step)
+            and not is_bookkeeping(step)
+        ):
             # Timestamps almost always arrive in order, so insort appends; concurrent steps
             # may arrive slightly out of order and are still placed correctly.
             bisect.insort(self._times, micros(step.timestamp))
@@ -184,7 +200,7 @@ class SumIndex:
         return index_key("charter.sum_ok", select.key, path.text)
 
     def add(self, step: Behavior) -> None:
-        if step.outcome is Outcome.OK and self._select.matches(step):
+        if step.outcome is Outcome.OK and self._select.matches(step) and not is_bookkeeping(step):
             self.total += numbers_at(self._path, step)[0]
 
 

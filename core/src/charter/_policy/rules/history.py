@@ -144,7 +144,8 @@ def _prepare_max_steps(params: dict[str, Any]) -> _MaxSteps:
     description=(
         "At most `max` steps matching `select` in the task, counting recorded ok steps, steps "
         "still running and the step being judged; the (max+1)th is violated. A judged step "
-        "that `select` does not match is not counted and complies. `scope` agent or "
+        "that `select` does not match is not counted and complies. Charter's own grant "
+        "records (step.self PATCH charter.capabilities) are never counted. `scope` agent or "
         "{per: field} counts across every task and process of the agent instead, in the store."
     ),
     params_schema={
@@ -235,7 +236,8 @@ def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
         "`window_seconds` earlier is outside the window (steps stamped later than now are "
         "inside). Counts recorded steps, steps still running and the judged step. count: "
         "attempts (default) counts ok, failed and abandoned steps; ok counts only ok steps. "
-        "Blocked steps never ran and never count. A judged step `select` does not match complies. "
+        "Blocked steps never ran and never count, nor do Charter's grant records. A judged "
+        "step `select` does not match complies. "
         "`scope` agent or {per: field} counts across the agent instead, in the store, with the "
         "window on the runner's clock."
     ),
