@@ -36,6 +36,7 @@ __all__ = [
     "GRANT_META",
     "GRANT_STEP",
     "SOURCES",
+    "SOURCE_WORDS",
     "ArgConstraint",
     "Grant",
     "GrantError",
@@ -52,9 +53,21 @@ GRANT_META = "charter.grant"
 GRANT_STEP = "charter.capabilities"
 """The step name of the record that narrows a running task's grant (``step.self PATCH``)."""
 
-SOURCES = ("user", "trusted")
-"""Value sources a constraint can demand: ``user`` (a user message of the task) and
-``trusted`` (what `value_provenance` counts as trusted content)."""
+SOURCES = ("user", "operator", "internal", "external", "trusted")
+"""Value sources a constraint can demand, each a trust level meaning "at least this level":
+``user`` (a user message of the task), ``operator`` (the user's messages or the operator's
+trusted values), ``internal`` (content at internal or above, or operator values), ``external``
+(any content: every value is at least external), and ``trusted``, the older word for
+``internal`` (what `value_provenance` counts as trusted content by default)."""
+
+SOURCE_WORDS = {
+    "user": "the user's request",
+    "operator": "the user's request or the operator's trusted values",
+    "internal": "trusted content (internal or above)",
+    "external": "any content",
+    "trusted": "trusted content",
+}
+"""How a refusal and a grant's description name each source."""
 
 _TOP_KEYS = ("tools", "description")
 _TOOL_KEYS = ("args", "description")
@@ -135,9 +148,7 @@ class ArgConstraint:
         if self.pattern is not None:
             parts.append(f"matching {self.pattern!r}")
         if self.source is not None:
-            parts.append(
-                "from the user's request" if self.source == "user" else "from trusted content"
-            )
+            parts.append(f"from {SOURCE_WORDS[self.source]}")
         if self.minimum is not None:
             parts.append(f">= {self.minimum}")
         if self.maximum is not None:

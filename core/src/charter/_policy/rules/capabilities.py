@@ -19,6 +19,7 @@ from charter._model.trust import Trust
 from charter._policy.capabilities import (
     GRANT_META,
     GRANT_STEP,
+    SOURCE_WORDS,
     ArgConstraint,
     Grant,
     GrantError,
@@ -163,6 +164,8 @@ class _Sources:
         self._trusted: tuple[ProvenanceIndex, frozenset[tuple[str, str]]] | None = None
 
     def holds(self, source: str, value: str) -> bool:
+        if source == "external":
+            return True  # every value is at least external
         keys = provenance_keys(value, "auto")
         if source == "user":
             if self._user is None:
@@ -172,10 +175,11 @@ class _Sources:
             seen = self._ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)
             self._trusted = (seen, _context_candidates(self._ctx.context.trusted_values))
         seen, configured = self._trusted
-        # "trusted" is what value_provenance trusts by default: content at internal or above,
-        # or the operator's trusted values.
+        # "trusted" (internal) is what value_provenance trusts by default: content at
+        # internal or above; the operator's trusted values count at operator level.
+        need = Trust.OPERATOR if source == "operator" else Trust.INTERNAL
         found = seen.level_of(keys)
-        if found is not None and found[0] >= Trust.INTERNAL:
+        if found is not None and found[0] >= need:
             return True
         return any(k in configured for k in keys)
 
@@ -212,8 +216,7 @@ def _why(c: ArgConstraint, v: Any, sources: _Sources) -> str | None:
     if c.source is not None and not isinstance(v, bool) and v is not None:
         text = v if isinstance(v, str) else str(v)
         if text.strip() and not sources.holds(c.source, text):
-            where = "the user's request" if c.source == "user" else "trusted content"
-            return f"did not come from {where}"
+            return f"did not come from {SOURCE_WORDS[c.source]}"
     return None
 
 
@@ -250,8 +253,11 @@ def _layer_problem(layer: GrantLayer, view: Behavior, sources: _Sources) -> str 
         "planner, narrowings, and the policy's own `grant`), and the values at each granted "
         "argument satisfy its constraints: `values` (numbers by value, text exactly), "
         "`pattern` (RE2, whole value), `min`/`max` (numbers, or text written as a decimal "
-        "number), `source` (user: the value appeared in a user message of the task; trusted: "
-        "in content value_provenance trusts; matched after the same normalisation), "
+        "number), `source` (a trust level the value must have been seen at, at least: user "
+        "(a user message of the task), operator (also the operator's trusted values), "
+        "internal (content at internal or above, or operator values; trusted is the older "
+        "word for it), external (any value); matched after value_provenance's "
+        "normalisation), "
         "`required`. Lists are judged item by item. The grant is read from the task's records "
         "(task.start and later narrowings), so replay judges the same way. Model calls, "
         "approvals, task boundaries, messages the agent receives (step.message GET that "
