@@ -154,3 +154,29 @@ def test_bad_conditions_are_refused_at_load(cond: dict[str, Any], message: str) 
                 }
             ]
         )
+
+
+@pytest.mark.parametrize("wanted", ["untrusted", "external"])
+@pytest.mark.parametrize("marked", ["untrusted", "external", "unknown-word"])
+def test_trust_words_compare_as_levels(Task: Any, policy: Any, wanted: str, marked: str) -> None:
+    """Templates mark outside content `external`; older trails and policies say `untrusted`.
+    On properties.data.trust the words are levels, so either policy fires on either record."""
+    after = {"where": [{"field": "properties.data.trust", "equals": wanted}]}
+    t = _task(Task, policy, after)
+    _read(t, "internal")
+    _read(t, "trusted")
+    assert t.violation(t.step("send_email")) is None
+    _read(t, marked)
+    assert t.violation(t.step("send_email")) is not None
+
+
+def test_trust_levels_in_a_list_and_other_fields_compare_as_written(Task: Any, policy: Any) -> None:
+    t = _task(Task, policy, {"where": [{"field": "properties.data.trust", "in": ["internal"]}]})
+    _read(t, "external")
+    assert t.violation(t.step("send_email")) is None
+    _read(t, "trusted")  # the older word for internal
+    assert t.violation(t.step("send_email")) is not None
+    plain = {"where": [{"field": "properties.data.label", "equals": "untrusted"}]}
+    t = _task(Task, policy, plain)
+    t.record("fetch", "step.resource", "GET", properties={"data": {"label": "external"}})
+    assert t.violation(t.step("send_email")) is None

@@ -94,7 +94,7 @@ def test_user_prompt_is_trusted_and_feeds_provenance(claude, audit):
     )
     assert prompt["properties"]["message"]["role"] == "user"
     fetch = audit.records("sess-1")[2]
-    assert fetch["properties"]["data"]["trust"] == "untrusted"
+    assert fetch["properties"]["data"]["trust"] == "external"
     assert fetch["properties"]["target"]["host"] == "docs.python.org"
 
 

@@ -147,7 +147,7 @@ def _index() -> VectorStoreIndex:
     return VectorStoreIndex.from_documents(docs, embed_model=MockEmbedding(embed_dim=8))
 
 
-def test_retrieval_is_a_read_of_untrusted_content(governor) -> None:
+def test_retrieval_is_a_read_of_external_content(governor) -> None:
     index = _index()
     query = QueryEngineTool.from_defaults(
         index.as_query_engine(llm=MockLLM()), name="handbook", description="The handbook."
@@ -172,7 +172,7 @@ def test_retrieval_is_a_read_of_untrusted_content(governor) -> None:
     assert set(reads) == {"handbook", "search_notes"}
     for record in reads.values():
         assert record["verb"] == "GET" and record["meta"]["charter.outcome"] == "ok"
-        assert record["properties"]["data"]["trust"] == "untrusted"
+        assert record["properties"]["data"]["trust"] == "external"
         assert record["properties"]["tool"]["retrieval"] is True
         assert record["output"]["sources"], "the retrieved nodes are named"
     assert reads["handbook"]["properties"]["target"]["query"] == "refunds"

@@ -204,3 +204,25 @@ def test_an_operator_trusted_recipient_passes_after_untrusted_content(session: A
     READ_INBOX(s)
     result = s.tool("send_email", {"to": "billing@acme.example", "body": "x"})
     assert "message-recipients-from-the-user" not in s.violated(result)
+
+
+@pytest.mark.parametrize("word", ["external", "untrusted"])
+def test_outside_content_closes_the_door_whether_marked_external_or_untrusted(
+    session: Any, word: str
+) -> None:
+    """The templates mark outside content `external`; trails recorded before the trust levels
+    say `untrusted`. Replaying either, the flow rules fire the same way."""
+    s = session(load_baseline_policies("tool-agent"))
+    ASK_TO_REPLY(s)
+    read = s._behavior("step.message", "GET", "read_inbox", properties={"data": {"trust": word}})
+    s.judge(read, {"emails": [INJECTED]})
+    planted = s.tool("send_email", {"to": "billing@evil.example", "body": "x"})
+    assert "message-recipients-from-the-user" in s.violated(planted)
+    named = s.tool("send_email", {"to": "alice@example.com", "body": "x"})
+    assert "message-recipients-from-the-user" not in s.violated(named)
+
+
+def test_the_templates_mark_an_inbox_external() -> None:
+    from charter_templates import resolve
+
+    assert resolve("generic", "read_inbox", {}).properties["data"]["trust"] == "external"

@@ -201,19 +201,19 @@ def test_webfetch_url_host_and_trust() -> None:
         "url": "https://User@Docs.Example.COM:8443/a?b=1",
         "host": "docs.example.com",
     }
-    assert result.properties["data"] == {"trust": "untrusted"}
+    assert result.properties["data"] == {"trust": "external"}
 
 
-def test_webfetch_without_url_still_untrusted() -> None:
+def test_webfetch_without_url_still_external() -> None:
     props = resolve(CC, "WebFetch", {"prompt": "summarise"}).properties
     assert "target" not in props
-    assert props["data"] == {"trust": "untrusted"}
+    assert props["data"] == {"trust": "external"}
 
 
 def test_websearch_query_and_trust() -> None:
     props = resolve(CC, "WebSearch", {"query": "charter agents"}).properties
     assert props["target"] == {"query": "charter agents"}
-    assert props["data"] == {"trust": "untrusted"}
+    assert props["data"] == {"trust": "external"}
 
 
 def test_mcp_server_and_inner_properties() -> None:
@@ -246,7 +246,7 @@ def test_integration_names_are_normalised() -> None:
 def test_generic_properties() -> None:
     props = resolve("langchain", "requests_get", {"url": "example.org/page"}).properties
     assert props["target"] == {"url": "example.org/page", "host": "example.org"}
-    assert props["data"] == {"trust": "untrusted"}
+    assert props["data"] == {"trust": "external"}
     repl = resolve("langchain", "python_repl", {"query": "print(1)"}).properties
     assert repl["exec"] == {"command": "print(1)"}
     shell = resolve("langchain", "terminal", {"commands": ["ls", "pwd"]}).properties
@@ -254,7 +254,7 @@ def test_generic_properties() -> None:
     mail = resolve("generic", "send_email", {"recipients": ["a@x.org"], "body": "b"}).properties
     assert mail["message"] == {"to": ["a@x.org"]}
     inbox = resolve("generic", "read_inbox").properties
-    assert inbox["data"]["trust"] == "untrusted"
+    assert inbox["data"]["trust"] == "external"
     assert inbox["data"]["field_trust"]["emails[*].sender"] == "internal"
 
 
@@ -289,7 +289,7 @@ def test_each_call_returns_fresh_properties() -> None:
     first = resolve(CC, "WebFetch", {"url": "https://a.org"})
     first.properties["data"]["trust"] = "trusted"
     assert resolve(CC, "WebFetch", {"url": "https://a.org"}).properties["data"] == {
-        "trust": "untrusted"
+        "trust": "external"
     }
 
 

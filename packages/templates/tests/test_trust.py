@@ -11,16 +11,16 @@ from charter_templates import TemplateError, load_templates, resolve
 @pytest.mark.parametrize(
     "name, kind, verb, trust, internal, external",
     [
-        ("read_inbox", "step.message", "GET", "untrusted", "emails[*].sender", None),
-        ("search_emails", "step.message", "GET", "untrusted", "[*].from", "emails[*].reply_to"),
-        ("get_channel_messages", "step.message", "GET", "untrusted", "messages[*].user", None),
-        ("list_calendar_events", "step.resource", "GET", "untrusted", "events[*].attendees", None),
+        ("read_inbox", "step.message", "GET", "external", "emails[*].sender", None),
+        ("search_emails", "step.message", "GET", "external", "[*].from", "emails[*].reply_to"),
+        ("get_channel_messages", "step.message", "GET", "external", "messages[*].user", None),
+        ("list_calendar_events", "step.resource", "GET", "external", "events[*].attendees", None),
         ("get_transactions", "step.resource", "GET", "internal", None, "[*].reference"),
         ("list_payees", "step.resource", "GET", "internal", None, None),
-        ("get_bill", "step.resource", "GET", "untrusted", None, None),
+        ("get_bill", "step.resource", "GET", "external", None, None),
         ("lookup_employee", "step.resource", "GET", "internal", None, None),
         ("read_file", "step.resource", "GET", None, "shared_with", None),
-        ("fetch_webpage", "step.resource", "GET", "untrusted", None, None),
+        ("fetch_webpage", "step.resource", "GET", "external", None, None),
         ("send_email", "step.message", "POST", "internal", None, None),
     ],
 )

@@ -8,8 +8,8 @@ web page, an e-mail's body). Anything unmarked, or marked with a word this modul
 know, is ``external``: unknown content is never trusted.
 
 Two older words are read as levels: ``trusted`` is ``internal`` and ``untrusted`` is
-``external`` (templates still write ``untrusted`` on reads of outside content, so flow rules
-that test ``properties.data.trust == untrusted`` keep firing).
+``external`` (trails recorded before the levels mark outside content ``untrusted``; a `forbid_after`
+condition on ``properties.data.trust`` compares levels, so either word matches both).
 
 Per-field trust on a step's output lives at ``properties.data.field_trust``: a mapping from a
 path relative to the output (``emails[*].sender``, ``[*].from``, ``body``) to a level; the rest

@@ -55,7 +55,7 @@ def tool_step(
     gate: Gate, tool: Any, args: Mapping[str, Any], call_id: str | None, ids: dict[str, Any]
 ) -> Step:
     """A tool call mapped by the templates; a retrieval tool is a read
-    (``step.resource GET``) whose output is untrusted content (``properties.data.trust``),
+    (``step.resource GET``) whose output is external content (``properties.data.trust``),
     whatever its name, so provenance and flow rules see what came from documents."""
     name = tool_name(tool)
     metadata = getattr(tool, "metadata", None)
@@ -66,7 +66,7 @@ def tool_step(
     if not is_retrieval(tool):
         return step
     props = dict(step.properties)
-    props["data"] = {**dict(props.get("data") or {}), "trust": "untrusted"}
+    props["data"] = {**dict(props.get("data") or {}), "trust": "external"}
     props["tool"] = {**dict(props.get("tool") or {}), "effect": "read_only", "retrieval": True}
     query = args.get("input", args.get("query"))
     if isinstance(query, str):

@@ -352,7 +352,8 @@ class Where:
     """Conditions on a step's fields (`forbid_after`'s ``after.where``); all must hold.
 
     Each condition holds when some value at its field equals `equals`, is one of `in`, or (a
-    string) contains a match of `pattern`.
+    string) contains a match of `pattern`; on ``properties.data.trust`` trust words compare
+    as levels (`untrusted` is `external`).
     """
 
     __slots__ = ("_conds", "key")
@@ -372,6 +373,9 @@ def _holds(path: FieldPath, op: str, arg: Any, step: Behavior) -> bool:
                 return True
         elif op == "in":
             if any(_same_scalar(value, a) for a in arg):
+                return True
+        elif op == "level":
+            if trust_level(value) in arg:
                 return True
         elif isinstance(value, str) and arg.search(value) is not None:
             return True

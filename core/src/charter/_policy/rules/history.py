@@ -30,7 +30,7 @@ from charter._model.context import RuleContext
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath, parse_path
 from charter._model.shared import SharedDemand
-from charter._model.trust import Trust, parse_trust
+from charter._model.trust import TRUST_WORDS, Trust, parse_trust, trust_level
 from charter._policy.extract import KINDS as EXTRACT_KINDS
 from charter._policy.extract import MAX_SCAN, extract
 from charter._policy.regex import compile_re2
@@ -553,7 +553,8 @@ _WHERE = {
 }
 _AFTER = _selector_schema(
     "The earlier step that closes the door: {kinds, verbs, step_names} plus optional `where` "
-    "conditions on its fields, e.g. [{field: properties.data.trust, equals: untrusted}]."
+    "conditions on its fields, e.g. [{field: properties.data.trust, equals: external}] (trust "
+    "words there compare as levels: untrusted is external, trusted is internal)."
 )
 _AFTER["properties"] = {**SELECTOR_SCHEMA["properties"], "where": _WHERE}
 
@@ -562,6 +563,13 @@ class _ForbidAfter(NamedTuple):
     within: int | None
     key: str
     factory: Callable[[], TriggerIndex]
+
+
+_TRUST_FIELD = "properties.data.trust"
+
+
+def _trust_words(values: Any) -> bool:
+    return bool(values) and all(isinstance(v, str) and v in TRUST_WORDS for v in values)
 
 
 def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
@@ -577,6 +585,10 @@ def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
         keys.append((cond["field"], op, canonical_digest(arg)))
         if op == "pattern":
             arg = compile_re2(arg)
+        elif cond["field"] == _TRUST_FIELD and _trust_words(arg if op == "in" else [arg]):
+            # Trust marks compare as levels: `untrusted` (older trails) is `external`
+            # (today's templates), `trusted` is `internal`.
+            op, arg = "level", frozenset(trust_level(a) for a in (arg if op == "in" else [arg]))
         conds.append((parse_path(cond["field"]), op, arg))
     select = Selector.from_params({k: v for k, v in after.items() if k != "where"})
     where = Where(conds, tuple(keys))
@@ -606,7 +618,7 @@ def _prepare_forbid_after(params: dict[str, Any]) -> _ForbidAfter:
     example_params={
         "after": {
             "kinds": ["step.resource"],
-            "where": [{"field": "properties.data.trust", "equals": "untrusted"}],
+            "where": [{"field": "properties.data.trust", "equals": "external"}],
         },
     },
     prepare=_prepare_forbid_after,
