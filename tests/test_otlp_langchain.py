@@ -87,10 +87,11 @@ def test_a_langchain_agent_arrives_as_genai_spans_under_the_application_span(
         assert ran == ["Oslo"]
         records = charter.testing.recorded(gov)
         assert gov.close(10)
-        # task, two model calls, two tool calls, and a decision under each step
-        spans = receiver.wait_for(9)
+        # task, the user's message, two model calls, two tool calls, a decision under each step
+        spans = receiver.wait_for(11)
     names = sorted(s["name"] for s in spans)
     assert names == [
+        "apply_guardrail Charter",
         "apply_guardrail Charter",
         "apply_guardrail Charter",
         "apply_guardrail Charter",
@@ -100,6 +101,7 @@ def test_a_langchain_agent_arrives_as_genai_spans_under_the_application_span(
         "execute_tool delete_file",
         "execute_tool get_weather",
         "invoke_agent weather-bot",
+        "step.message user_message",
     ]
     request_ctx = request.get_span_context()
     assert {s["trace_id"] for s in spans} == {f"{request_ctx.trace_id:032x}"}
