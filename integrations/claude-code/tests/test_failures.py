@@ -165,3 +165,44 @@ def test_a_deleted_trail_is_noticed(claude, project):
     out = claude.tool("Bash", {"command": "echo hi >> x.txt"})
     assert out.pre.permission == "deny" and not out.ran
     assert "deleted or replaced" in out.pre.reason
+
+
+def test_an_approved_call_whose_outcome_cannot_be_stored_is_reported_never_blocked(
+    claude, project, audit
+):
+    """Charter asked, the person approved in Claude Code's prompt and the call ran; then the
+    store refused the write. The call is not reported (or later recorded) as blocked: the
+    hook says the outcome could not be recorded, and once the store takes writes again the
+    outcome is recorded with the approval it ran under."""
+    from charter.testing import refused_writes
+
+    claude.approve = lambda name, tool_input: True
+    (project / "old.txt").write_text("x")
+    pre = claude.event(
+        "PreToolUse",
+        tool_name="Bash",
+        tool_input={"command": "rm old.txt"},
+        tool_use_id="toolu_approved",
+    )
+    assert pre.permission == "ask"
+    (project / "old.txt").unlink()  # the person approved; Claude Code ran it
+    with refused_writes(project / ".charter" / "audit.db"):
+        post = claude.event(
+            "PostToolUse",
+            tool_name="Bash",
+            tool_input={"command": "rm old.txt"},
+            tool_use_id="toolu_approved",
+            tool_response={"stdout": "", "stderr": "", "interrupted": False},
+        )
+    assert post.code == 0
+    said = post.json()
+    assert "could not record the outcome" in json.dumps(said), said
+    assert "blocked" not in json.dumps(said).lower(), said
+    claude.stop()  # the store takes writes again: the outcome is recorded first
+    steps = [r for r in audit.records("sess-1") if r["step_name"] == "Bash"]
+    assert [r["meta"]["charter.outcome"] for r in steps] == ["ok"], steps
+    verdict = steps[0]["meta"]["charter.eval"]
+    assert verdict["decision"] == "ask" and verdict["approved"] is True
+    assert verdict["approved_by"] == "claude-code-user"
+    assert "permission prompt" in verdict["approval"]
+    assert audit.verify().ok

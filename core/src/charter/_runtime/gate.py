@@ -930,17 +930,27 @@ class Gate:
             call_id if isinstance(call_id, str) else None,
         )
 
-    def approved(self, pending: Pending) -> StepHandle:
-        """The handle of `pending` once a person approved it (record that with `answer`)
-        and the framework runs it without asking Charter again (Claude Code runs a call its
-        permission prompt approved): the intent is registered as approved, with the ask's
-        verdict, and not judged again. The task must be known here (`resume_task`);
-        refuses (ValueError) a step that is already running or recorded."""
+    def approved(self, pending: Pending, answer: Answer | None = None) -> StepHandle:
+        """The handle of `pending` after a person approved it and the framework already ran
+        it without asking Charter again (Claude Code runs a call its permission prompt
+        approved); record the approval with `answer` and settle the handle with the
+        outcome. The intent is registered as approved, with the ask's verdict (and
+        `answer`'s reviewer and reason as ``approved_by`` / ``approval``), and not judged
+        again. Nothing is written before the outcome, even in sync durability: the call has
+        run, so it cannot be blocked, and its outcome is its record (a store that fails
+        then fails the outcome's recording, with `AuditError`, never this call). The task
+        must be known here (`resume_task`); refuses (ValueError) a step that is already
+        running or recorded."""
         b = pending.request.behavior
         asked = pending.request.result or EvalResult(
             EngineDecision.ASK, 1.0, (), b.action_id, None, pending.request.reason
         )
-        return StepHandle(self.governor, b, self.governor.runner.authorize(b, asked))
+        by = answer.by if answer is not None else None
+        why = answer.why if answer is not None else None
+        result = self.governor.runner.authorize(b, asked, ran=True, by=by, why=why)
+        if b.action_id != result.action_id:
+            b = b.replace(action_id=result.action_id)
+        return StepHandle(self.governor, b, result)
 
     def adopt(self, step: Step, task_id: str) -> StepHandle:
         """The handle of a step that ran without being judged (the integration only saw it

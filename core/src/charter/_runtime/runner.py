@@ -343,10 +343,27 @@ class Runner:
             self._activity[intended.task_id] = time.monotonic()
             return self._record_block(intended, blocked, self._verdict(blocked))
 
-    def authorize(self, intended: Behavior, result: EvalResult) -> EvalResult:
+    def authorize(
+        self,
+        intended: Behavior,
+        result: EvalResult,
+        *,
+        ran: bool = False,
+        by: str | None = None,
+        why: str | None = None,
+    ) -> EvalResult:
         """Register `intended` as allowed to run although `result` said ask (an approval
-        authorised it); returns `result` with the action_id used. Refuses what
-        `PolicyEngine.register_intent` refuses.
+        authorised it); returns `result` with the action_id used. The verdict its outcome
+        carries says ``approved: true`` (and `by` / `why` as ``approved_by`` / ``approval``
+        when given). Refuses what `PolicyEngine.register_intent` refuses.
+
+        Before the step runs (`ran` False) this is an admission like `evaluate`'s: a shared
+        limit that filled up while a person decided blocks it, and in sync durability the
+        intent is committed first (a store that cannot take it blocks the step). With `ran`
+        the step already ran (approved outside Charter, e.g. in Claude Code's permission
+        prompt): nothing can be blocked any more, so the intent is only registered (its
+        outcome, recorded next, is the step's record and carries the verdict) and a shared
+        unit is taken when one is left.
         """
         self._check_agent(intended)
         if intended.action_id is None:
@@ -354,12 +371,21 @@ class Runner:
         intended = _own_shared(intended)
         verdict = self._verdict(result)
         verdict["approved"] = True
+        if by is not None:
+            verdict["approved_by"] = by
+        if why is not None:
+            verdict["approval"] = why
         with self._lock(intended.task_id):
             self._activity[intended.task_id] = time.monotonic()
             ctx = self.context_for(intended.task_id)
             demands = self.engine.shared_demands(intended, ctx)
             held: SharedCounts | None = None
-            if demands:
+            if demands and ran:
+                got = self._shared.reserve(demands)
+                if not isinstance(got, str):
+                    held = got
+                    intended = _with_meta(intended, {SHARED_KEY: held.meta})
+            elif demands:
                 # The approval does not lift a shared limit: the units are taken now, and a
                 # limit that filled up while a person decided blocks the step.
                 got = self._shared.reserve(demands)
@@ -372,6 +398,9 @@ class Runner:
                 if now[0].decision is Decision.BLOCK:
                     self._shared.release(held.meta)
                     return self._record_block(intended, now[0], now[1])
+            if ran:
+                self.engine.register_intent(_with_meta(intended, {"charter.eval": verdict}))
+                return dataclasses.replace(result, action_id=intended.action_id)
             admitted = self._admit(intended, result, verdict)
             if held is not None and admitted.decision is Decision.BLOCK:
                 self._shared.release(held.meta)

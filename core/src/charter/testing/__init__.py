@@ -22,6 +22,8 @@ double recording against the audit trail.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import typing
 
 import pytest
@@ -53,6 +55,7 @@ __all__ = [
     "charter_internal_errors",
     "pytest_configure",
     "recorded",
+    "refused_writes",
     "swallowed_errors",
 ]
 
@@ -79,6 +82,29 @@ def recorded(governor: Governor) -> list[dict[str, typing.Any]]:
         for r in store.read_task(task.task_id, agent)
         if not is_intent_record(r)
     ]
+
+
+@contextlib.contextmanager
+def refused_writes(path: str | os.PathLike[str]) -> Iterator[None]:
+    """While the block runs, the SQLite audit store at `path` refuses every new record
+    (a trigger aborts each insert with "the disk refused the write") while it still opens,
+    answers health checks and reads: a store that fails on write, mid-run, for this process
+    and for every other process using the file (a hook run as a subprocess). The file must
+    be a Charter SQLite store already; the trigger is dropped on the way out."""
+    import sqlite3
+
+    conn = sqlite3.connect(os.fspath(path), timeout=30)
+    try:
+        conn.execute(
+            "CREATE TRIGGER charter_testing_refused BEFORE INSERT ON steps "
+            "BEGIN SELECT RAISE(ABORT, 'the disk refused the write'); END"
+        )
+        conn.commit()
+        yield
+    finally:
+        conn.execute("DROP TRIGGER IF EXISTS charter_testing_refused")
+        conn.commit()
+        conn.close()
 
 
 def swallowed_errors(since: int = 0) -> list[InternalError]:

@@ -749,18 +749,22 @@ class _Call:
             return silent()
         if key in state.asks:
             # The call ran after Charter asked: Claude Code's permission prompt approved it.
+            # The outcome carries the approval too (approved_by, approval), so when the
+            # store refuses the step.gate the call is still kept as an approved outcome to
+            # record, never as an unanswered ask (which Stop would record as blocked).
             pending = gate.load_pending(state.asks.pop(key))
             mode = self.event.get("permission_mode") or "default"
-            gate.answer(
-                pending,
-                Answer(
-                    "approve",
-                    "claude-code-user",
-                    "the call ran after Charter asked, so it was approved in Claude Code's "
-                    f"permission prompt (permission mode {mode})",
-                ),
+            approval = Answer(
+                "approve",
+                "claude-code-user",
+                "the call ran after Charter asked, so it was approved in Claude Code's "
+                f"permission prompt (permission mode {mode})",
             )
-            handle = gate.approved(pending)
+            handle = gate.approved(pending, approval)
+            try:
+                gate.answer(pending, approval)
+            except charter.AuditError as exc:
+                return self._unrecorded(key, tool_name, handle, judged, exc)
         elif key in state.intents:
             handle = gate.reopen(state.intents[key])
         else:
@@ -784,15 +788,7 @@ class _Call:
         try:
             self._settle_outcome(handle, how)
         except charter.AuditError as exc:
-            state.intents[key] = gate.redacted(handle.behavior.to_dict())
-            state.pending[key] = gate.redacted({"output": how})["output"]
-            if judged is not None:
-                state.digests[key] = judged
-            message = (
-                f"Charter could not record the outcome of this {tool_name} call "
-                f"({_one_line(str(exc))}); further tool calls are denied until it is recorded."
-            )
-            return notice(self.name, message, context=message)
+            return self._unrecorded(key, tool_name, handle, judged, exc, how)
         state.intents.pop(key, None)
         self._time("record")
         if changed:
@@ -805,6 +801,34 @@ class _Call:
             )
             return notice(self.name, message, context=message)
         return silent()
+
+    def _unrecorded(
+        self,
+        key: str,
+        tool_name: str,
+        handle: Any,
+        judged: str | None,
+        exc: BaseException,
+        how: Mapping[str, Any] | None = None,
+    ) -> HookAnswer:
+        """The store refused this call's records: keep its outcome to retry (the next call
+        records it first, and is denied while it cannot) and say so. The call ran, so this
+        is a recording failure, never a refusal."""
+        state = self.state
+        b = handle.behavior  # input_changed is on it; the verdict is on the registered intent
+        verdict = self.gate.intent(handle).meta.get("charter.eval")
+        if verdict is not None and "charter.eval" not in b.meta:
+            b = b.replace(meta={**b.meta, "charter.eval": verdict})
+        state.intents[key] = self.gate.redacted(b.to_dict())
+        outcome = how if how is not None else self._how(self.name == "PostToolUseFailure")
+        state.pending[key] = self.gate.redacted({"output": outcome})["output"]
+        if judged is not None:
+            state.digests[key] = judged
+        message = (
+            f"Charter could not record the outcome of this {tool_name} call "
+            f"({_one_line(str(exc))}); further tool calls are denied until it is recorded."
+        )
+        return notice(self.name, message, context=message)
 
     def _how(self, failed: bool) -> dict[str, Any]:
         """The outcome the event reports, in the form the session state keeps for a retry."""

@@ -131,7 +131,12 @@ class Protected:
 
 
 def _real(path: str) -> str:
-    return os.path.realpath(path)
+    try:
+        return os.path.realpath(path)
+    except (UnicodeEncodeError, ValueError):
+        # A word the file system cannot name (a lone surrogate, a NUL byte) is no file and
+        # no symlink: it is compared as written, so it can still name a protected path.
+        return os.path.normpath(os.path.abspath(path))
 
 
 def protected_for(
