@@ -274,9 +274,6 @@ NOT_APPLICABLE: dict[str, tuple[tuple[str, ...], str]] = {
     # tool_use_id and the self-protection rule belong to the Claude Code integration.
     "reused_tool_use_id": (IN_PROCESS, "tool_use_id is Claude Code's"),
     "agent_tampers_governance": (IN_PROCESS, "self-protection is Claude Code's"),
-    # The hook reads its exporters from the OTLP settings; an exporter object cannot be
-    # handed to another process.
-    "raising_exporter": (("claude_code",), "no exporter object crosses into the hook"),
 }
 
 
@@ -567,13 +564,13 @@ def run_llamaindex(host: Host, actions: tuple[Action, ...]) -> Outcome:
 class Replay:
     """A loopback HTTP server that answers every POST with one provider response."""
 
-    def __init__(self, body: dict[str, Any]) -> None:
+    def __init__(self, body: dict[str, Any], status: int = 200) -> None:
         payload = json.dumps(body).encode()  # ASCII: lone surrogates travel as \\u escapes
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(200)
+                self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -762,27 +759,45 @@ def run_claude_code(host: Host, actions: tuple[Action, ...]) -> Outcome:
         out = done.stdout.decode()
         return done.returncode, (json.loads(out) if out.strip() else {}), done.stderr.decode()
 
-    hook("SessionStart", source="startup")
+    exporter = contextlib.nullcontext()
+    if "exporters" in case.settings:
+        # The hook's exporter comes from its OTLP settings: a collector that refuses every
+        # batch (400: not retried, so the hook is not slowed down by retries).
+        exporter = Replay({"error": "refused"}, status=400)
+        env["CHARTER_OTLP_ENDPOINT"] = f"{exporter.url}/v1/traces"
     ran = Ran(actions)
     texts: list[str] = []
-    with host.fault():
-        for i, a in enumerate(actions):
-            tuid = "toolu_same" if case.fault == "same_tool_use_id" else f"toolu_{i}"
-            call = {"tool_name": "Bash", "tool_input": a.args, "tool_use_id": tuid}
-            code, answer, stderr = hook("PreToolUse", **call)
-            said = answer.get("hookSpecificOutput", {})
-            decision = said.get("permissionDecision")
-            texts.append(str(said.get("permissionDecisionReason") or stderr))
-            # Claude Code's rules: exit 2 blocks, deny blocks, ask waits for the person
-            # (who declines here); anything else lets the call run.
-            if code == 2 or decision in ("deny", "ask"):
-                continue
-            ran(a.args["command"])
-            if case.fault == "same_tool_use_id":
-                continue  # still running when the model reuses its id
-            response = {"stdout": "", "stderr": "", "interrupted": False}
-            hook("PostToolUse", **call, tool_response=response)
+    with exporter:
+        hook("SessionStart", source="startup")
+        with host.fault():
+            run_hook_actions(case, actions, hook, ran, texts)
     return Outcome(ran.flags(), texts)
+
+
+def run_hook_actions(
+    case: Case,
+    actions: tuple[Action, ...],
+    hook: Callable[..., tuple[int, dict[str, Any], str]],
+    ran: Ran,
+    texts: list[str],
+) -> None:
+    """Per action: PreToolUse; when Claude Code would run the call, the call and PostToolUse."""
+    for i, a in enumerate(actions):
+        tuid = "toolu_same" if case.fault == "same_tool_use_id" else f"toolu_{i}"
+        call = {"tool_name": "Bash", "tool_input": a.args, "tool_use_id": tuid}
+        code, answer, stderr = hook("PreToolUse", **call)
+        said = answer.get("hookSpecificOutput", {})
+        decision = said.get("permissionDecision")
+        texts.append(str(said.get("permissionDecisionReason") or stderr))
+        # Claude Code's rules: exit 2 blocks, deny blocks, ask waits for the person
+        # (who declines here); anything else lets the call run.
+        if code == 2 or decision in ("deny", "ask"):
+            continue
+        ran(a.args["command"])
+        if case.fault == "same_tool_use_id":
+            continue  # still running when the model reuses its id
+        response = {"stdout": "", "stderr": "", "interrupted": False}
+        hook("PostToolUse", **call, tool_response=response)
 
 
 ADAPTERS: dict[str, Callable[[Host, tuple[Action, ...]], Outcome]] = {
@@ -835,8 +850,12 @@ RESULTS: dict[tuple[str, str], str] = {}
 def _print_table(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of the module, the table of the cells that ran (``-rA`` not needed)."""
     yield
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None and RESULTS:
+    plugins = request.config.pluginmanager
+    reporter = plugins.get_plugin("terminalreporter")
+    capture = plugins.get_plugin("capturemanager")
+    if reporter is None or capture is None or not RESULTS:
+        return
+    with capture.global_and_fixture_disabled():
         reporter.write_line("")
         reporter.write_line("fault matrix (B blocked, R ran, one letter per action):")
         for line in table(RESULTS).splitlines():
@@ -878,13 +897,14 @@ def test_no_fault_lets_a_step_through(case: str, entry: str, tmp_path: Path) -> 
 
 def table(results: dict[tuple[str, str], str]) -> str:
     """The cases x entry points table (B blocked, R ran, one letter per action; n/a where a
-    case does not apply), as Markdown."""
+    case does not apply, empty where the cell was not run), as Markdown."""
     lines = [
         "| case | " + " | ".join(ENTRY_POINTS) + " |",
         "| --- | " + " | ".join("---" for _ in ENTRY_POINTS) + " |",
     ]
     for case in CASES:
-        row = [results.get((case, e), "n/a") for e in ENTRY_POINTS]
+        left_out = NOT_APPLICABLE.get(case, ((), ""))[0]
+        row = [results.get((case, e), "n/a" if e in left_out else "") for e in ENTRY_POINTS]
         lines.append(f"| {case} | " + " | ".join(row) + " |")
     return "\n".join(lines)
 

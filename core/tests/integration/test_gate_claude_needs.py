@@ -177,3 +177,33 @@ def test_a_pending_step_saved_in_one_process_is_approved_and_settled_in_the_next
         third.expire(third.load_pending(saved), "blocked: no answer")
     third.governor.close(5.0)
     assert verify(f"sqlite:///{tmp_path / 'audit.db'}").ok
+
+
+@pytest.mark.allow_internal_errors
+def test_an_approved_step_that_already_ran_is_recorded_by_its_outcome_alone(
+    tmp_path: Path,
+) -> None:
+    """Sync durability is write-ahead, but `approved` is for a step that has run: nothing is
+    written before its outcome (a refusing store cannot block what ran), the outcome carries
+    the approval, and a store refusing that outcome raises AuditError, retryable."""
+    from charter import AuditError
+    from charter.testing import refused_writes
+
+    gate = _gate(tmp_path, [ASK])
+    gate.start_task("t", name="session")
+    pending = gate.decide(gate.tool_step("rm", {"path": "x"}, call_id="c1"), "t", pause=True)
+    assert isinstance(pending, Pending)
+    answer = Answer("approve", "someone", "approved in the framework's own prompt")
+    with refused_writes(tmp_path / "audit.db"):
+        handle = gate.approved(pending, answer)
+        assert handle.result.decision.value == "ask" and handle.settled is None
+        with pytest.raises(AuditError):
+            gate.complete(handle, {"removed": 1})
+    gate.complete(handle, {"removed": 1})  # the store takes writes again
+    step = gate.history("t")[-1]
+    assert step.meta["charter.outcome"] == "ok"
+    verdict = step.meta["charter.eval"]
+    assert verdict["approved"] is True and verdict["approved_by"] == "someone"
+    assert verdict["approval"] == "approved in the framework's own prompt"
+    gate.governor.close(5.0)
+    assert verify(f"sqlite:///{tmp_path / 'audit.db'}").ok
