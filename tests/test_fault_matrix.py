@@ -66,6 +66,7 @@ import charter_ollama  # noqa: E402
 import charter_openai  # noqa: E402
 import ollama  # noqa: E402
 import openai  # noqa: E402
+from charter._policy.registry import unregister  # noqa: E402
 from charter.testing import charter_internal_errors, refused_writes  # noqa: E402, F401
 from charter_crewai.testing import ScriptedLLM, native_tool_call  # noqa: E402
 from charter_langchain import CharterMiddleware  # noqa: E402
@@ -111,11 +112,14 @@ ASKING = """\
 MB = 1 << 20
 
 
-@charter.rules.rule(
-    name="fault_matrix_raises", description="raises on every step it judges", replace=True
-)
 def _raises(view: Any, params: Any, ctx: Any) -> bool:
     raise RuntimeError("the rule exploded")
+
+
+def _register_raising_rule() -> None:
+    charter.rules.rule(
+        name="fault_matrix_raises", description="raises on every step it judges", replace=True
+    )(_raises)
 
 
 class BadRepr:
@@ -847,6 +851,15 @@ RESULTS: dict[tuple[str, str], str] = {}
 
 
 @pytest.fixture(scope="module", autouse=True)
+def _raising_rule() -> Iterator[None]:
+    # Registered for this module only: the rule registry is process-wide, and the CLI's
+    # schema and rule listings must not show a test's rule.
+    _register_raising_rule()
+    yield
+    unregister("fault_matrix_raises")
+
+
+@pytest.fixture(scope="module", autouse=True)
 def _print_table(request: pytest.FixtureRequest) -> Iterator[None]:
     """At the end of the module, the table of the cells that ran (``-rA`` not needed)."""
     yield
@@ -914,6 +927,7 @@ if __name__ == "__main__":
     import charter._runtime.sources as _sources
 
     _sources._CHECK_EVERY = 0.0
+    _register_raising_rule()
     found: dict[tuple[str, str], str] = {}
     for case, entry in cells():
         with tempfile.TemporaryDirectory(prefix="charter-fault-cell-") as tmp:

@@ -82,5 +82,6 @@ def test_the_module_api() -> None:
         "charter_internal_errors",
         "pytest_configure",
         "recorded",
+        "refused_writes",
         "swallowed_errors",
     ]
