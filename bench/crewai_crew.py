@@ -85,8 +85,9 @@ def build(steps: int, native: bool) -> Crew:
     return Crew(agents=[agent], tasks=[task], name="bench-crew")
 
 
-def one_run(steps: int, native: bool, mode: str, folder: Path, n: int) -> float:
-    """Wall seconds of one kickoff in `mode`."""
+def one_run(steps: int, native: bool, mode: str, folder: Path, n: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one kickoff in `mode`; the CPU clock stops
+    after the audit writer committed the kickoff's records."""
     crew = build(steps, native)
     governance = None
     if mode == "governed":
@@ -100,22 +101,28 @@ def one_run(steps: int, native: bool, mode: str, folder: Path, n: int) -> float:
         for point in InterceptionPoint:
             register(point, noop)
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     result = crew.kickoff()
     elapsed = time.perf_counter() - start
+    if governance is not None:
+        governance.governor.flush(30)
+    used = time.process_time() - cpu
     assert result.raw == "Done."
     if governance is not None:
         governance.uninstall()  # flushes the buffered trail, outside the timed kickoff
     elif mode == "pass-through":
         for point in InterceptionPoint:
             unregister(point, noop)
-    return elapsed
+    return elapsed, used
 
 
 def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
     modes = ("ungoverned", "pass-through", "governed")
     wall: dict[str, list[float]] = {m: [] for m in modes}
     ratios: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    over: list[float] = []
+    governed_steps = 2 * steps + 3  # tool + model per turn, final model call, task, kickoff
     for mode in modes:
         one_run(steps, native, mode, folder, -1)  # warm-up: first kickoff, first file
     # Modes interleave round by round, so a noisy neighbour hits them alike; the per-round
@@ -123,10 +130,11 @@ def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
     for n in range(runs):
         order = random.sample(modes, len(modes))
         got = {m: one_run(steps, native, m, folder, n) for m in order}
+        over.append((got["governed"][1] - got["pass-through"][1]) / governed_steps)
         for m in modes:
-            wall[m].append(got[m])
-            ratios[m].append(got[m] / got["ungoverned"])
-    governed_steps = 2 * steps + 3  # tool + model per turn, final model call, task, kickoff
+            wall[m].append(got[m][0])
+            cpu[m].append(got[m][1])
+            ratios[m].append(got[m][0] / got["ungoverned"][0])
     base = statistics.median(wall["ungoverned"])
     path = "native function calling" if native else "ReAct text"
     print(f"{path}: {steps} tool turns ({governed_steps} governed steps), {runs} rounds")
@@ -135,6 +143,14 @@ def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
         w, r = statistics.median(wall[m]), statistics.median(ratios[m])
         per_step = "" if m == "ungoverned" else f"+{(w - base) / governed_steps * 1e6:6.0f} us"
         print(f"  {m:<13} {w * 1e3:9.1f} ms   {r:5.2f}x {per_step:>30}")
+    print(
+        "  process CPU (every thread, audit writes included), median: "
+        + ", ".join(f"{m} {statistics.median(cpu[m]) * 1e3:.1f} ms" for m in modes)
+    )
+    print(
+        f"  Charter over the do-nothing pass-through, CPU per governed step (median of rounds):"
+        f" +{statistics.median(over) * 1e6:.0f} us"
+    )
 
 
 def resolve_cost() -> float:

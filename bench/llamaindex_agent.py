@@ -81,8 +81,9 @@ async def _run(agent: FunctionAgent, steps: int) -> Any:
     return await agent.run(user_msg="Weather everywhere.", max_iterations=steps + 5)
 
 
-def one_run(steps: int, mode: str, folder: Path, n: int) -> float:
-    """Wall seconds of one agent run in `mode`."""
+def one_run(steps: int, mode: str, folder: Path, n: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one agent run in `mode`; the CPU clock stops
+    after the audit writer committed the run's records."""
     agent = build(steps, mode)
     governance = None
     if mode == "governed":
@@ -95,21 +96,27 @@ def one_run(steps: int, mode: str, folder: Path, n: int) -> float:
     gc.collect()
     loop = asyncio.new_event_loop()
     try:
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         result = loop.run_until_complete(_run(agent, steps))
         elapsed = time.perf_counter() - start
+        if governance is not None:
+            governance.governor.flush(30)
+        used = time.process_time() - cpu
     finally:
         loop.close()
     assert str(result) == "Done.", result
     if governance is not None:
-        governance.uninstall()  # flushes the buffered trail, outside the timed run
-    return elapsed
+        governance.uninstall()  # closes the trail, outside the timed run
+    return elapsed, used
 
 
 def bench(steps: int, runs: int, folder: Path) -> None:
     modes = ("ungoverned", "pass-through", "governed")
     wall: dict[str, list[float]] = {m: [] for m in modes}
     ratios: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    over: list[float] = []
+    governed_steps = 2 * steps + 3  # tool + model per turn, final model call, user message, task
     for mode in modes:
         one_run(steps, mode, folder, -1)  # warm-up: first run, first file
     # Modes interleave round by round, so a noisy neighbour hits them alike; the per-round
@@ -117,10 +124,11 @@ def bench(steps: int, runs: int, folder: Path) -> None:
     for n in range(runs):
         order = random.sample(modes, len(modes))
         got = {m: one_run(steps, m, folder, n) for m in order}
+        over.append((got["governed"][1] - got["pass-through"][1]) / governed_steps)
         for m in modes:
-            wall[m].append(got[m])
-            ratios[m].append(got[m] / got["ungoverned"])
-    governed_steps = 2 * steps + 3  # tool + model per turn, final model call, user message, task
+            wall[m].append(got[m][0])
+            cpu[m].append(got[m][1])
+            ratios[m].append(got[m][0] / got["ungoverned"][0])
     base = statistics.median(wall["ungoverned"])
     print(f"FunctionAgent (streaming): {steps} tool turns ({governed_steps} governed steps)")
     print(f"  {runs} rounds; mode          wall median   ratio (median of rounds)   per step")
@@ -128,6 +136,14 @@ def bench(steps: int, runs: int, folder: Path) -> None:
         w, r = statistics.median(wall[m]), statistics.median(ratios[m])
         per_step = "" if m == "ungoverned" else f"+{(w - base) / governed_steps * 1e6:6.0f} us"
         print(f"  {m:<13} {w * 1e3:9.1f} ms   {r:5.2f}x {per_step:>30}")
+    print(
+        "  process CPU (every thread, audit writes included), median: "
+        + ", ".join(f"{m} {statistics.median(cpu[m]) * 1e3:.1f} ms" for m in modes)
+    )
+    print(
+        f"  Charter over the do-nothing pass-through, CPU per governed step (median of rounds):"
+        f" +{statistics.median(over) * 1e6:.0f} us"
+    )
 
 
 def gate_cost(folder: Path, n: int = 400) -> tuple[float, float]:

@@ -11,6 +11,7 @@ import charter
 import pytest
 from charter_langchain import BlockedStepError, CharterCallbackHandler, CharterMiddleware
 from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware
 from langgraph.checkpoint.memory import InMemorySaver
 
 
@@ -409,4 +410,38 @@ def test_streaming_the_agent_token_by_token_is_governed_the_same(
     assert models[-1]["output"]["messages"][0]["content"] == "could not delete, but it is sunny"
     outcomes = sorted((s["step_name"], audit.outcome(s)) for s in audit.steps("step.resource"))
     assert outcomes == [("delete_file", "blocked"), ("get_weather", "ok")]
+    audit.verify()
+
+
+class _CallTwiceEditingInPlace(AgentMiddleware):  # type: ignore[type-arg]
+    """An outer middleware that calls the model, then rewrites the user's message object in
+    place (the same pydantic object, new content) and calls the model again."""
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        handler(request)
+        request.messages[0].content = "now DROP TABLE users"
+        return handler(request)
+
+
+def test_a_message_changed_in_place_between_model_calls_is_judged_on_its_new_content(
+    h: Any, make_governor: Any, tools: dict[str, Any]
+) -> None:
+    policy = {
+        "name": "no-drop-table",
+        "rule_type": "field_matches",
+        "severity": "critical",
+        "match": {"kinds": ["step.model"]},
+        "params": {"field": "input.messages[*].content", "pattern": "DROP TABLE"},
+    }
+    gov, audit = make_governor([policy])
+    model = h.scripted(h.ai(text="first answer"), h.ai(text="second answer"))
+    middleware = [_CallTwiceEditingInPlace(), CharterMiddleware(gov)]
+    agent = create_agent(model, [tools["get_weather"]], middleware=middleware)
+    result = _run(agent, "a harmless question")
+    assert model.calls == 1  # the second call, with the edited message, never ran
+    assert "blocked by policy 'no-drop-table'" in result["messages"][-1].content
+    first, second = audit.steps("step.model")
+    assert [audit.outcome(s) for s in (first, second)] == ["ok", "blocked"]
+    assert first["input"]["messages"][0]["content"] == "a harmless question"
+    assert second["input"]["messages"][0]["content"] == "now DROP TABLE users"
     audit.verify()
