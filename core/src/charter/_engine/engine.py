@@ -269,6 +269,11 @@ class PolicyEngine:
     def policies(self) -> tuple[Policy, ...]:
         return tuple(c.policy for c in self._compiled)
 
+    def asks(self) -> bool:
+        """Whether any loaded policy has ``action: ask``: False means no evaluation can
+        answer ask, whatever the step (the policies loaded now; a reload can change it)."""
+        return any(c.ask for c in self._compiled)
+
     def may_ask(self, intended: Behavior) -> bool:
         """False when no loaded policy with ``action: ask`` selects `intended` (by kind, verb
         and step name alone, no rule is run), so no evaluation can answer ask; errs towards

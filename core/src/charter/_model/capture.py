@@ -140,6 +140,20 @@ class _Capture:
             return v
         if t is float:
             return v if math.isfinite(v) else repr(v)
+        if t is dict or t is list:
+            # Plain containers next, by exact type: the generic path below asks the
+            # abstract Mapping first, which costs more than the copy for small ones.
+            if self.max_depth is not None and depth >= self.max_depth:
+                return _MAX_DEPTH
+            if id(v) in seen:
+                return "…[cycle]"
+            seen.add(id(v))
+            try:
+                if t is dict:
+                    return self.mapping(v.items(), len(v), depth, seen, path)
+                return self.sequence(list(v), depth, seen, path)
+            finally:
+                seen.discard(id(v))
         if isinstance(v, str):
             return self.text(str(v))
         if isinstance(v, int) and not isinstance(v, enum.Enum):

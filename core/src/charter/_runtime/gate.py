@@ -413,6 +413,16 @@ class Gate:
     def sync_durability(self) -> bool:
         return self.governor.runner.settings.audit_durability == "sync"
 
+    @property
+    def asks(self) -> bool:
+        """Whether a loaded policy can ask at all (``action: ask``). When False, `pending`
+        returns None for every step, so an integration may skip building the steps of a
+        turn's review; read it each time (a policy reload can change it)."""
+        try:
+            return self.governor.runner.engine.asks()
+        except Exception:  # pending decides; this only saves work
+            return True
+
     # -- steps --------------------------------------------------------------------------------
 
     def tool_step(

@@ -189,7 +189,7 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         messages = _get(state, "messages") or []
         last = messages[-1] if messages else None
         calls = getattr(last, "tool_calls", None)
-        if self.approval != "interrupt" or not task_id or not calls:
+        if self.approval != "interrupt" or not task_id or not calls or not self._gate.asks:
             return None
         self._gate.resume_task(task_id)
         pending = [
