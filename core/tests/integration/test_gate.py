@@ -217,6 +217,18 @@ def test_the_recording_rule_per_durability(
 # -- approvals --------------------------------------------------------------------------
 
 
+def test_asks_says_whether_any_policy_can_ask(gate: Callable[..., ci.Gate]) -> None:
+    g = gate(NO_DELETE)
+    g.start_task("t1", "run")
+    assert g.asks is False
+    # What an integration may skip when asks is False: no step needs an approval.
+    assert g.pending(g.tool_step("send_email", {"to": "a@example.com"}), "t1") is None
+    asking = gate(NO_DELETE, ASK_SEND)
+    asking.start_task("t2", "run")
+    assert asking.asks is True
+    assert isinstance(asking.pending(asking.tool_step("send_email", {}), "t2"), ci.Pending)
+
+
 def test_pause_returns_a_digest_bound_request_and_the_answer_is_used_once(
     gate: Callable[..., ci.Gate],
 ) -> None:

@@ -417,7 +417,9 @@ class Gate:
     def asks(self) -> bool:
         """Whether a loaded policy can ask at all (``action: ask``). When False, `pending`
         returns None for every step, so an integration may skip building the steps of a
-        turn's review; read it each time (a policy reload can change it)."""
+        turn's review. It reads the policies as last loaded (read it each time: a reload
+        changes it); a step skipped this way is still judged by `decide` when it runs, and
+        a policy that asks by then pauses it there."""
         try:
             return self.governor.runner.engine.asks()
         except Exception:  # pending decides; this only saves work
