@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import charter
 import pytest
@@ -181,3 +182,30 @@ def test_a_blocked_model_call_raises_from_async_kickoffs(build_crew, calling, au
         asyncio.run(getattr(crew, method)())
 
     assert llm.calls == []
+
+
+def test_message_counts_stay_exact_over_several_turns(build_crew, calling, audit, trail):
+    # Three model calls: the third's count includes the first turn (on the ReAct path one
+    # message CrewAI extended with its Observation, counted as the model's turn and the
+    # tool's result) without that turn being converted again.
+    crew, _llm = build_crew(
+        [
+            calling.tool("get_weather", city="Oslo"),
+            calling.tool("get_weather", city="Bergen"),
+            calling.final("sunny twice"),
+        ],
+        native=calling.native,
+    )
+    handle = govern(crew, policies=[], audit_location=audit)
+
+    crew.kickoff()
+    handle.uninstall()
+
+    models = [r for r in trail.read(handle.task_ids[0]) if r["kind"] == "step.model"]
+    assert len(models) == 3
+    for before, after in itertools.pairwise(models):
+        added = after["input"]["messages"]
+        assert added[0]["role"] == "tool"
+        count = before["input"]["message_count"] + 1 + len(added)
+        assert after["input"]["message_count"] == count
+    assert models[2]["input"]["messages"][0]["content"] == "sunny in Bergen"

@@ -153,6 +153,18 @@ def messages(raw: Any) -> list[dict[str, Any]]:
     return out
 
 
+def _is_assistant(m: Any) -> bool:
+    """Whether `messages` converts raw message `m` into (first) an assistant message."""
+    return isinstance(m, Mapping) and str(m.get("role")) == "assistant"
+
+
+def _splits(m: Any) -> int:
+    """1 when `messages` converts raw message `m` into two (a ReAct turn with its
+    ``Observation:``), else 0."""
+    content = m.get("content") if _is_assistant(m) else None
+    return 1 if isinstance(content, str) and _OBSERVATION in content else 0
+
+
 def model_step(gate: Gate, ctx: Any) -> Step:
     """A model call: the messages new since the model's last turn, and the model's names."""
     llm = getattr(ctx, "llm", None)
@@ -168,10 +180,17 @@ def model_step(gate: Gate, ctx: Any) -> Step:
     iterations = getattr(ctx, "iterations", None)
     if type(iterations) is int:
         ids["iteration"] = iterations
+    raw = getattr(ctx, "messages", None)
+    raw = raw if isinstance(raw, list | tuple) else ()
+    # Only the model's last turn on is converted (`new_messages` keeps what follows it);
+    # the earlier messages are counted, not converted again on every call of a long run.
+    start = next((i for i in range(len(raw) - 1, -1, -1) if _is_assistant(raw[i])), 0)
+    recent = messages(raw[start:])
     return build_model_step(
         gate.framework,
         model,
-        messages(getattr(ctx, "messages", None)),
+        recent,
+        message_count=len(recent) + sum(1 + _splits(m) for m in raw[:start]),
         provider=text(getattr(llm, "provider", None)),
         params=params,
         tools=tools,
