@@ -131,3 +131,61 @@ def test_evaluate_gives_what_each_policy_gives_alone(payload: dict[str, Any]) ->
     engine = PolicyEngine(POLICIES)
     result = engine.evaluate(behavior, CTX)
     assert result.results == one_by_one(POLICIES, behavior)
+
+
+# Policies with selectors on kind, verb and step name, so which policies apply depends on all
+# three; one violates on every step it selects.
+SELECTED: list[dict[str, Any]] = [
+    *POLICIES,
+    {
+        "name": "no-writes",
+        "rule_type": "field_in",
+        "severity": "high",
+        "match": {"verbs": ["POST", "DELETE"]},
+        "params": {"field": "verb", "values": ["GET"]},
+    },
+    {
+        "name": "pay-limit",
+        "rule_type": "field_compare",
+        "severity": "critical",
+        "match": {"step_names": ["pay_*"]},
+        "params": {"field": "input.amount", "op": "<=", "value": 100},
+    },
+    {
+        "name": "model-only",
+        "rule_type": "field_not_in",
+        "severity": "low",
+        "match": {"kinds": ["step.model"]},
+        "params": {"field": "input.table", "values": ["orders"]},
+    },
+]
+
+steps = st.builds(
+    lambda kind, verb, name, amount, table: Behavior(
+        agent_id="agent",
+        task_id="t1",
+        kind=kind,
+        verb=verb if kind == "step.resource" else None,
+        step_name=name,
+        input={"amount": amount, "table": table, "command": "ls"},
+    ),
+    st.sampled_from(["step.exec", "step.model", "step.resource"]),
+    st.sampled_from(["GET", "POST", "DELETE"]),
+    st.sampled_from(["Bash", "Read", "pay_card", "pay_", "Write"]),
+    st.integers(0, 200),
+    st.sampled_from(["users", "orders", "x"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(steps, min_size=1, max_size=8))
+def test_one_engine_judging_many_steps_gives_what_a_fresh_engine_gives_each(
+    behaviors: list[Behavior],
+) -> None:
+    # The engine remembers which policies a step's kind, verb and name select; a step judged
+    # after others must get exactly the verdict a fresh engine gives it.
+    engine = PolicyEngine(SELECTED)
+    for behavior in behaviors:
+        fresh = PolicyEngine(SELECTED).evaluate(behavior, CTX)
+        assert engine.evaluate(behavior, CTX) == fresh
+        assert fresh.results == one_by_one(SELECTED, behavior)

@@ -192,6 +192,10 @@ def _reason(decision: Decision, r: PolicyResult | None) -> str:
     return f"{verb} by policy {r.name!r} ({r.severity.value}): {why}"
 
 
+# The reason of a step no policy flagged (what `_aggregate` gives for it).
+_ALLOWED = _reason(Decision.ALLOW, None)
+
+
 # One applicable policy as evaluate walks it: the policy, its selector's match, the fields
 # its rule reads, its complying result, and its pattern set with its index there (or None).
 _Planned = tuple[
@@ -201,6 +205,16 @@ _Planned = tuple[
     "PolicyResult",
     tuple[PatternSet, int] | None,
 ]
+# A planned policy whose selector matched the step: its index in the plan, then as above
+# without the selector.
+_Chosen = tuple[
+    int,
+    CompiledPolicy,
+    tuple[FieldPath, ...],
+    "PolicyResult",
+    tuple[PatternSet, int] | None,
+]
+_MATCH_MEMORY = 4096
 
 
 class PolicyEngine:
@@ -228,6 +242,7 @@ class PolicyEngine:
         self._loaded = False
         self._source: str | None = None
         self._applicable: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._chosen: dict[tuple[Any, ...], tuple[_Chosen, ...]] = {}
         self._tasks: dict[str, TaskHistory] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()
         self._closed_memory = closed_task_memory
@@ -263,6 +278,7 @@ class PolicyEngine:
             self._loaded = True
             self._source = source
             self._applicable.clear()
+            self._chosen.clear()
         return self.load_report()
 
     @property
@@ -382,14 +398,13 @@ class PolicyEngine:
                 history = self._empty_history
             ctx = RuleContext(context, history, shared)
             results: list[PolicyResult] = []
-            plan = self._plan_for(context)
-            lost = is_lost(intended.input) or is_lost(intended.properties)
+            chosen, last = self._chosen_for(context, intended)
+            # One walk over both payloads: a list holding them is lost exactly when one is.
+            lost = is_lost([intended.input, intended.properties])
             # Each pattern set searched for this step: its hits, or None for a missing field.
             searched: dict[int, set[int] | None] = {}
-            last = len(plan) - 1
-            for i, (c, matches, reads, complies, grouped) in enumerate(plan):
-                if not matches(intended):
-                    continue
+            flagged = False
+            for i, c, reads, complies, grouped in chosen:
                 result = _unjudgeable(c, reads, intended) if lost else None
                 if result is None:
                     if grouped is None:
@@ -406,10 +421,43 @@ class PolicyEngine:
                         else:
                             result = _judge(c, intended, ctx, complies)
                 results.append(result)
+                # A policy's only non-violated result is its shared complying one.
+                flagged = flagged or result is not complies
                 if out_of_time is not None and i < last and out_of_time():
                     raise EvaluationDeadline(i + 1, last + 1)
-        decision, risk, reason = _aggregate(results)
+        if flagged:
+            decision, risk, reason = _aggregate(results)
+        else:
+            decision, risk, reason = Decision.ALLOW, 0.0, _ALLOWED
         return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
+
+    def _chosen_for(
+        self, context: EvalContext, intended: Behavior
+    ) -> tuple[tuple[_Chosen, ...], int]:
+        """The planned policies whose selector matches `intended` (each with its index in the
+        plan), and the plan's last index. A selector reads only the step's kind, verb and
+        name, so the choice is remembered per (context, kind, verb, name), up to
+        `_MATCH_MEMORY` choices (agent-chosen names cannot grow it without bound)."""
+        plan = self._plan_for(context)
+        key = (
+            context.environment,
+            context.risk_classification,
+            context.agent_id,
+            intended.kind,
+            intended.verb,
+            intended.step_name,
+        )
+        chosen = self._chosen.get(key)
+        if chosen is None:
+            chosen = tuple(
+                (i, c, reads, complies, grouped)
+                for i, (c, matches, reads, complies, grouped) in enumerate(plan)
+                if matches(intended)
+            )
+            if len(self._chosen) >= _MATCH_MEMORY:
+                self._chosen.clear()
+            self._chosen[key] = chosen
+        return chosen, len(plan) - 1
 
     def shared_demands(
         self, intended: Behavior, context: EvalContext
@@ -672,6 +720,7 @@ class PolicyEngine:
         if self._agent_id is None:
             self._agent_id = agent_id
             self._applicable.clear()
+            self._chosen.clear()
         elif agent_id != self._agent_id:
             raise AgentBindingError(
                 f"this engine serves agent {self._agent_id!r}, not {agent_id!r}; "
