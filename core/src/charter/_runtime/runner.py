@@ -575,13 +575,20 @@ class Runner:
                     extra["charter.eval"] = intent.meta["charter.eval"]
                 if SHARED_KEY in intent.meta:
                     extra[SHARED_KEY] = intent.meta[SHARED_KEY]
-            return self._commit(outcome, extra)
+            return self._commit(outcome, extra, (intent,))
 
-    def _commit(self, outcome: Behavior, extra: dict[str, Any] | None = None) -> Behavior:
+    def _commit(
+        self,
+        outcome: Behavior,
+        extra: dict[str, Any] | None = None,
+        looked_up: tuple[Behavior | None] | None = None,
+    ) -> Behavior:
         """Record into the engine and hand the wire form to the writer; task lock held.
 
         `extra` is added to the outcome's meta. All changes are made in one unvalidated copy
-        (see `derive`): the caller's behavior was validated when it was built.
+        (see `derive`): the caller's behavior was validated when it was built. `looked_up`
+        holds the outcome's open intent (or None) when the caller read it under the same task
+        lock; a closing boundary reads it again after abandoning the open intents.
         """
         tid = outcome.task_id
         engine = self.engine
@@ -591,6 +598,7 @@ class Runner:
         extra = dict(extra) if extra else {}
         try:
             if outcome.kind in CLOSING_KINDS and engine.task_state(tid) == "open":
+                looked_up = None
                 for intent in engine.open_intents(tid):
                     abandoned = _with_meta(intent, {"charter.outcome": Outcome.ABANDONED.value})
                     recorded.append(engine.record(derive(abandoned, seq=self._next_seq(tid))))
@@ -608,7 +616,12 @@ class Runner:
                 changes["seq"] = self._next_seq(tid)
             if changes:
                 outcome = derive(outcome, **changes)
-            own = engine.open_intent(tid, outcome.action_id) if outcome.action_id else None
+            if not outcome.action_id:
+                own = None
+            elif looked_up is not None:
+                own = looked_up[0]
+            else:
+                own = engine.open_intent(tid, outcome.action_id)
             recorded.append(engine.record(outcome))
             if own is not None and SHARED_KEY in own.meta:
                 settle.append((own.meta[SHARED_KEY], recorded[-1]))
