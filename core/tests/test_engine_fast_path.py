@@ -189,3 +189,27 @@ def test_one_engine_judging_many_steps_gives_what_a_fresh_engine_gives_each(
         fresh = PolicyEngine(SELECTED).evaluate(behavior, CTX)
         assert engine.evaluate(behavior, CTX) == fresh
         assert fresh.results == one_by_one(SELECTED, behavior)
+
+
+def test_verdicts_stay_right_past_the_remembered_choices() -> None:
+    # Agent-chosen step names cannot grow the engine's memory without bound: past its limit
+    # it forgets the choices it remembered, and the next steps are judged as before.
+    engine = PolicyEngine(SELECTED)
+
+    def pay(name: str, amount: int) -> Behavior:
+        return Behavior(
+            agent_id="agent",
+            task_id="t1",
+            kind="step.exec",
+            step_name=name,
+            input={"amount": amount},
+        )
+
+    for i in range(5000):
+        engine.evaluate(pay(f"tool-{i}", 500), CTX)
+    blocked = engine.evaluate(pay("pay_card", 500), CTX)
+    assert [r.name for r in blocked.violations] == ["tools", "pay-limit"]
+    assert blocked.decision is Decision.BLOCK
+    assert engine.evaluate(pay("tool-1", 500), CTX) == PolicyEngine(SELECTED).evaluate(
+        pay("tool-1", 500), CTX
+    )
