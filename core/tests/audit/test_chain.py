@@ -208,3 +208,81 @@ def test_nesting_past_orjsons_limit_still_equals_rfc8785() -> None:
 def test_records_canonicalise_like_rfc8785_key_by_key(value: dict[str, Any]) -> None:
     # Every top-level split a record is sealed in joins back into rfc8785's bytes.
     assert canonical_bytes(value) == rfc8785.dumps({k: v for k, v in value.items() if k != "hash"})
+
+
+def _stdlib_decode(data: str | bytes) -> Any:
+    """What `decode_json` returned before it read through orjson: the reference."""
+    import json
+
+    def number(text: str) -> int | float:
+        value = int(text)
+        return value if -_MAX <= value <= _MAX else float(value)
+
+    return json.loads(data, parse_int=number)
+
+
+def _outcome(decode: Any, data: str | bytes) -> tuple[str, Any]:
+    try:
+        value = decode(data)
+    except ValueError:
+        return ("refused", None)
+    # repr tells -0.0 from 0.0 and 1 from 1.0, which == does not.
+    return ("value", repr(value))
+
+
+# Texts a store can hold, and the ones orjson refuses that the standard library reads.
+any_integers = st.recursive(
+    st.integers() | st.text(alphabet="0123456789-: ,[", max_size=40),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children),
+    max_leaves=10,
+)
+json_texts = (
+    json_values.map(lambda v: __import__("json").dumps(v, ensure_ascii=False))
+    | any_integers.map(lambda v: __import__("json").dumps(v, indent=2))
+    | any_integers.map(__import__("json").dumps)
+    | json_values.map(lambda v: __import__("json").dumps(v, indent=1))
+    | st.sampled_from(
+        [
+            "NaN",
+            '{"a": Infinity}',
+            "[-Infinity]",
+            "1e400",
+            '"\\ud800"',
+            '{"k": "\\udc00x"}',
+            "9007199254740991",
+            "[ 9007199254740993]",
+            '{"a" :\n -9007199254740993}',
+            "[1,\t12345678901234567]",
+            '["x", 12345678901234567]',
+            "9007199254740992",
+            "-9007199254740993",
+            "123456789012345678901234567890",
+            '{"a": 1, "a": 2}',
+            "-0",
+            "-0.0",
+            "1E5",
+            '"1234567890123456"',
+            "\ufeff{}",
+            " {} ",
+            "{} x",
+            "",
+        ]
+    )
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_texts, st.booleans())
+def test_decode_json_reads_every_text_as_the_standard_library_does(
+    text: str, as_bytes: bool
+) -> None:
+    data: str | bytes = text.encode("utf-8", "surrogatepass") if as_bytes else text
+    assert _outcome(decode_json, data) == _outcome(_stdlib_decode, data)
+
+
+@pytest.mark.parametrize(
+    "text", ["[9007199254740993]", '{"n": -123456789012345678}', "[1152921504606846976]"]
+)
+def test_decode_json_reads_large_integers_as_the_doubles_they_denote(text: str) -> None:
+    value = decode_json(text)
+    assert all(type(n) is float for n in (value if isinstance(value, list) else value.values()))
