@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from charter import ActionKind, Behavior, Outcome, Verb, verbs_for
@@ -152,3 +153,65 @@ def test_behavior_is_immutable() -> None:
     b = make()
     with pytest.raises(AttributeError):
         b.step_name = "other"  # type: ignore[misc]
+
+
+_GOOD_WIRE: dict[str, Any] = {
+    "agent_id": "a",
+    "task_id": "t",
+    "kind": "step.resource",
+    "verb": "GET",
+    "step_name": "fetch",
+    "action_id": "x1",
+    "seq": 3,
+    "timestamp": "2024-06-03T08:00:00.000001Z",
+    "input": {"url": "https://example.com", "n": [1, 2.5, None, True]},
+    "output": {"text": "ok"},
+    "properties": {"data": {"trust": "untrusted"}},
+    "meta": {"charter.outcome": "ok"},
+}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {},
+        {"kind": "step.nope"},
+        {"verb": "PUT"},
+        {"verb": None},
+        {"verb": ["GET"]},
+        {"kind": "step.exec", "verb": "GET"},
+        {"kind": "step.message", "verb": "DELETE"},
+        {"task_id": "a/b"},
+        {"agent_id": 7},
+        {"action_id": ""},
+        {"step_name": "x\n"},
+        {"seq": 0},
+        {"seq": "3"},
+        {"timestamp": 5},
+        {"timestamp": "2024-06-03T08:00:00"},
+        {"input": []},
+        {"output": "text"},
+        {"properties": ["x"]},
+        {"meta": 1},
+        {"input": None, "output": None, "properties": None, "meta": None},
+        {"timestamp": None},
+    ],
+)
+def test_a_stored_record_is_adopted_with_the_checks_of_from_dict(change: dict[str, Any]) -> None:
+    """What a restore adopts from the store is refused, and built, exactly as from_dict."""
+    wire = {k: v for k, v in (_GOOD_WIRE | change).items() if v is not None or k == "verb"}
+
+    def outcome(build: Any) -> Any:
+        try:
+            b = build(dict(wire))
+        except ValueError as exc:
+            return ("refused", str(exc))
+        return ("built", b.to_dict() | {"timestamp": "now" if "timestamp" not in wire else 0})
+
+    assert outcome(Behavior._adopt) == outcome(Behavior.from_dict)
+
+
+def test_an_adopted_record_keeps_the_enum_members() -> None:
+    b = Behavior._adopt(dict(_GOOD_WIRE))
+    assert type(b.kind) is ActionKind and type(b.verb) is Verb
+    assert b == Behavior.from_dict(_GOOD_WIRE)

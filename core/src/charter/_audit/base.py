@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from charter._audit.chain import ChainHead, PreparedEntry, decode_json, prepare_entry
+from charter._audit.chain import ChainHead, PreparedEntry, decode_ijson, prepare_entry
 from charter._model.errors import CharterError
 
 __all__ = [
@@ -313,14 +313,15 @@ def decode_task_records(
 ) -> list[dict[str, Any]]:
     """The records of one task from its stored (seq, body) rows, in the order given.
 
-    Raises StoreError naming the task and the first seq whose body is not a JSON object (and
-    telling to run verify), or when there are no rows at all."""
+    Raises StoreError naming the task and the first seq whose body is not a JSON object of
+    I-JSON values (and telling to run verify: such a record cannot hash as it was sealed), or
+    when there are no rows at all."""
     if not bodies:
         raise StoreError(f"task {task_id!r} is not in {location}")
     records: list[dict[str, Any]] = []
     for seq, body in bodies:
         try:
-            record = decode_json(body)
+            record = decode_ijson(body)
         except ValueError:
             record = None
         if not isinstance(record, dict):

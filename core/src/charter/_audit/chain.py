@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from charter._model.behavior import CLOSING_KINDS
-from charter._model.ijson import MAX_SAFE_INT, canonical_json
+from charter._model.ijson import MAX_SAFE_INT, canonical_json, checked_copy
 
 __all__ = [
     "CHAIN_FIELDS",
@@ -30,6 +30,7 @@ __all__ = [
     "canonical_bytes",
     "canonical_json",
     "check_seq",
+    "decode_ijson",
     "decode_json",
     "entry_hash",
     "is_closing",
@@ -86,6 +87,21 @@ def decode_json(data: str | bytes) -> Any:
         except orjson.JSONDecodeError:
             pass
     return json.loads(data, parse_int=_number)
+
+
+def decode_ijson(data: str | bytes) -> Any:
+    """`decode_json`, refusing (ValueError) a text whose value is not I-JSON (NaN, Infinity):
+    what it returns can be adopted without another walk (`Behavior._adopt`)."""
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    shape = b":" + raw.translate(_NUMBERS, _SPACE)
+    if _LONG_INT[0] not in shape and _LONG_INT[1] not in shape:
+        try:
+            # orjson reads only I-JSON: object keys are text, no float is NaN or infinite,
+            # and without a 16-digit integer no integer is beyond 2**53-1.
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return checked_copy(json.loads(data, parse_int=_number), "record")
 
 
 def canonical_bytes(entry: Mapping[str, Any]) -> bytes:

@@ -261,6 +261,10 @@ class PostgresStore:
     wait for a connection; a call makes up to three attempts.
     """
 
+    # read_task returns fresh records of I-JSON values only (`decode_task_records`), which a
+    # restore may adopt without copying them again (`Gate.resume_task`).
+    _reads_ijson = True
+
     def __init__(
         self,
         url: str,

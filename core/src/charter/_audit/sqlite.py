@@ -126,6 +126,10 @@ class SQLiteStore:
     object may be shared by threads; an internal lock serialises its calls.
     """
 
+    # read_task returns fresh records of I-JSON values only (`decode_task_records`), which a
+    # restore may adopt without copying them again (`Gate.resume_task`).
+    _reads_ijson = True
+
     def __init__(
         self, path: str | os.PathLike[str], *, create: bool = True, synchronous: str = "full"
     ) -> None:

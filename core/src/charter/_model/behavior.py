@@ -74,6 +74,7 @@ _VERBS: dict[ActionKind, frozenset[Verb]] = {
     ActionKind.STEP_MESSAGE: frozenset({Verb.GET, Verb.POST}),
 }
 _VERB_ORDER = list(Verb)
+_VERB_BY_VALUE = {v.value: v for v in Verb}
 
 
 def verbs_for(kind: ActionKind | str) -> tuple[Verb, ...]:
@@ -88,6 +89,10 @@ def _check_verb(kind: ActionKind, verb: object) -> Verb | None:
         if verb is None:
             return None
         raise ValueError(f"verb {verb!r}: {kind.value} takes no verb; pass verb=None")
+    v = _VERB_BY_VALUE.get(verb) if type(verb) is str else verb
+    if type(v) is Verb and v in allowed:
+        return v
+    # Only a refusal pays for its message.
     names = "/".join(v.value for v in verbs_for(kind))
     if verb is None:
         raise ValueError(f"verb is missing: {kind.value} takes one of {names}")
@@ -147,6 +152,9 @@ class Behavior:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self._check(copy=True)
+
+    def _check(self, *, copy: bool) -> None:
         set_ = object.__setattr__
         check_identifier("agent_id", self.agent_id)
         check_identifier("task_id", self.task_id)
@@ -159,12 +167,16 @@ class Behavior:
         if self.seq is not None and (type(self.seq) is not int or self.seq < 1):
             raise ValueError(f"seq {self.seq!r}: must be a positive integer or None")
         set_(self, "timestamp", _check_timestamp(self.timestamp))
-        for name in ("input", "output"):
+        for name in ("input", "output", "properties", "meta"):
             value = getattr(self, name)
-            if value is not None:
+            if value is None and name in ("input", "output"):
+                continue
+            if copy:
                 set_(self, name, _checked_object(value, name))
-        set_(self, "properties", _checked_object(self.properties, "properties"))
-        set_(self, "meta", _checked_object(self.meta, "meta"))
+            elif type(value) is not dict:
+                raise ValueError(
+                    f"{name}: must be a dict (an I-JSON object), not {type(value).__name__}"
+                )
 
     @property
     def is_intent(self) -> bool:
@@ -214,30 +226,65 @@ class Behavior:
         object, a missing task_id, kind or step_name, a timestamp that is not ISO 8601 text,
         and whatever the constructor refuses.
         """
-        if not isinstance(data, dict):
-            raise ValueError(f"a behavior must be a JSON object, not {type(data).__name__}")
-        missing = [k for k in ("task_id", "kind", "step_name") if k not in data]
-        if missing:
-            raise ValueError(
-                f"behavior: missing {', '.join(missing)} (required: task_id, kind, step_name)"
-            )
-        ts = data.get("timestamp")
-        if ts is not None and not isinstance(ts, str):
-            raise ValueError(f"timestamp must be ISO 8601 text, not {type(ts).__name__}")
-        return cls(
-            agent_id=data.get("agent_id", ""),
-            task_id=data["task_id"],
-            kind=data["kind"],
-            step_name=data["step_name"],
-            verb=data.get("verb"),
-            action_id=data.get("action_id"),
-            seq=data.get("seq"),
-            timestamp=parse_timestamp(ts) if isinstance(ts, str) else _now(),
-            input=data.get("input"),
-            output=data.get("output"),
-            properties=data.get("properties") or {},
-            meta=data.get("meta") or {},
+        return cls(**_fields(data))
+
+    @classmethod
+    def _adopt(cls, data: dict[str, Any]) -> Behavior:
+        """`from_dict` for a record the caller owns and whose payloads are already I-JSON
+        (decoded by `charter._audit.chain.decode_ijson` and handed over): the same checks
+        and refusals, except that the payloads are taken as they are instead of being
+        walked and copied, which is most of the cost of restoring a long task."""
+        fields = _fields(data)
+        b = object.__new__(cls)
+        set_ = object.__setattr__
+        for name in _FIELD_NAMES:
+            set_(b, name, fields.get(name))
+        b._check(copy=False)
+        return b
+
+
+_FIELD_NAMES = (
+    "agent_id",
+    "task_id",
+    "kind",
+    "step_name",
+    "verb",
+    "action_id",
+    "seq",
+    "timestamp",
+    "input",
+    "output",
+    "properties",
+    "meta",
+)
+
+
+def _fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The constructor's arguments from a behavior's wire form (see `Behavior.from_dict`)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"a behavior must be a JSON object, not {type(data).__name__}")
+    missing = [k for k in ("task_id", "kind", "step_name") if k not in data]
+    if missing:
+        raise ValueError(
+            f"behavior: missing {', '.join(missing)} (required: task_id, kind, step_name)"
         )
+    ts = data.get("timestamp")
+    if ts is not None and not isinstance(ts, str):
+        raise ValueError(f"timestamp must be ISO 8601 text, not {type(ts).__name__}")
+    return {
+        "agent_id": data.get("agent_id", ""),
+        "task_id": data["task_id"],
+        "kind": data["kind"],
+        "step_name": data["step_name"],
+        "verb": data.get("verb"),
+        "action_id": data.get("action_id"),
+        "seq": data.get("seq"),
+        "timestamp": parse_timestamp(ts) if isinstance(ts, str) else _now(),
+        "input": data.get("input"),
+        "output": data.get("output"),
+        "properties": data.get("properties") or {},
+        "meta": data.get("meta") or {},
+    }
 
 
 def _checked_object(value: Any, path: str) -> dict[str, Any]:

@@ -770,7 +770,10 @@ class Gate:
                 return state
             if records[-1].get("kind") in {k.value for k in CLOSING_KINDS}:
                 return "ended"
-            runner.restore_task(records)
+            if getattr(store, "_reads_ijson", False) is True:
+                runner._restore_stored(records)
+            else:
+                runner.restore_task(records)
             return self.task_state(task_id)
         except Exception as exc:
             logger.debug("charter: task %r not restored: %s", task_id, exc)

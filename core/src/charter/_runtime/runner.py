@@ -704,6 +704,15 @@ class Runner:
         steps of several tasks, and a task already active here; AgentBindingError for
         another agent's steps.
         """
+        self._restore(steps, adopt=False)
+
+    def _restore_stored(self, records: list[dict[str, Any]]) -> None:
+        """`restore_task` for records this process just read from one of Charter's own stores
+        and hands over (`Gate.resume_task`): their payloads are I-JSON already and nobody
+        else holds them, so they are adopted instead of being walked and copied again."""
+        self._restore(records, adopt=True)
+
+    def _restore(self, steps: Sequence[Behavior | Mapping[str, Any]], *, adopt: bool) -> None:
         intents_top = 0
         kept: list[Behavior | Mapping[str, Any]] = []
         for s in steps:
@@ -713,7 +722,8 @@ class Runner:
                 intents_top = max(intents_top, seq if type(seq) is int else 0)
             else:
                 kept.append(s)
-        items = [s if isinstance(s, Behavior) else Behavior.from_dict(dict(s)) for s in kept]
+        build = Behavior._adopt if adopt else Behavior.from_dict
+        items = [s if isinstance(s, Behavior) else build(dict(s)) for s in kept]
         if not items:
             raise ValueError("restore_task needs the task's recorded steps; got none")
         tid = items[0].task_id
