@@ -59,13 +59,13 @@ def _number(text: str) -> int | float:
 # A JSON integer beyond 2**53-1 has 16 digits or more (a 15-digit one is at most
 # 999,999,999,999,999 < 2**53), and as a token it follows the start of the text, ":", "," or
 # "[" (whitespace between), with an optional "-". In the text translated by `_NUMBERS`
-# (digits to "0", those three and the start to ":", whitespace deleted, everything else to
-# "x") it therefore shows as ":" or ":-" then sixteen "0". Whitespace deleted inside a
-# string can only add matches, which read the text the slower way.
+# (digits to "0"; those three, whitespace and the start to ":"; "-" kept; everything else to
+# "x") it therefore shows as ":" or ":-" then sixteen "0". A string can only add matches,
+# which read the text the slower way.
 _NUMBERS = bytes(
-    48 if 48 <= b <= 57 else 58 if b in b":,[" else 45 if b == 45 else 120 for b in range(256)
+    48 if 48 <= b <= 57 else 58 if b in b":,[ \t\n\r" else 45 if b == 45 else 120
+    for b in range(256)
 )
-_SPACE = b" \t\n\r"
 _LONG_INT = (b":" + b"0" * 16, b":-" + b"0" * 16)
 
 
@@ -80,7 +80,7 @@ def decode_json(data: str | bytes) -> Any:
     # in which no integer needs `_number` (see `_NUMBERS`); it refuses NaN, Infinity, a
     # number that overflows to infinity and a lone surrogate escape, which the standard
     # library reads as before (tests/audit/test_chain.py compares the two).
-    shape = b":" + raw.translate(_NUMBERS, _SPACE)
+    shape = b":" + raw.translate(_NUMBERS)
     if _LONG_INT[0] not in shape and _LONG_INT[1] not in shape:
         try:
             return orjson.loads(raw)
@@ -93,7 +93,7 @@ def decode_ijson(data: str | bytes) -> Any:
     """`decode_json`, refusing (ValueError) a text whose value is not I-JSON (NaN, Infinity):
     what it returns can be adopted without another walk (`Behavior._adopt`)."""
     raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-    shape = b":" + raw.translate(_NUMBERS, _SPACE)
+    shape = b":" + raw.translate(_NUMBERS)
     if _LONG_INT[0] not in shape and _LONG_INT[1] not in shape:
         try:
             # orjson reads only I-JSON: object keys are text, no float is NaN or infinite,
