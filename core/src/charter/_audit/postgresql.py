@@ -75,7 +75,13 @@ from charter._audit.checkpoint import CHECKPOINT_KEY
 from charter._audit.postgresql_counters import MIGRATION as _COUNTERS_MIGRATION
 from charter._audit.postgresql_counters import PostgresCounters
 from charter._audit.url import display_location
-from charter._audit.verify import RecordedHead, StoredRow, build_report, chains_of, check_chain
+from charter._audit.verify import (
+    RecordedHead,
+    build_report,
+    chains_of,
+    check_chain,
+    check_stored_chain,
+)
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -701,7 +707,7 @@ class PostgresStore:
                 for key, rows in chains_of(cursor, _COLUMNS):
                     seen.add(key)
                     steps += len(rows)
-                    found = _check(key, rows, recorded.get(key), gaps)
+                    found = check_stored_chain(key, rows, recorded.get(key), gaps, "charter_chains")
                     if found is not None:
                         breaks.append(found)
         finally:
@@ -804,25 +810,6 @@ class PostgresStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def _check(
-    key: tuple[str, str],
-    rows: list[StoredRow],
-    recorded: tuple[int, RecordedHead] | None,
-    gaps: list[Gap],
-) -> tuple[tuple[int, int], ChainBreak] | None:
-    if recorded is None:
-        first = min(rows, key=lambda r: r.seq)
-        return (1, first.position), ChainBreak(
-            key[0],
-            key[1],
-            first.seq,
-            "inserted",
-            "the chain has records but no head in the charter_chains table",
-        )
-    found = check_chain(key[0], key[1], rows, recorded[1], gaps)
-    return None if found is None else ((0, recorded[0]), found)
 
 
 def _reason(exc: BaseException) -> str:

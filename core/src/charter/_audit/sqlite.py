@@ -57,10 +57,10 @@ from charter._audit.checkpoint import CHECKPOINT_KEY
 from charter._audit.sqlite_counters import SQLiteCounters
 from charter._audit.verify import (
     RecordedHead,
-    StoredRow,
     build_report,
     chains_of,
     check_chain,
+    check_stored_chain,
 )
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
@@ -388,7 +388,7 @@ class SQLiteStore:
                 for key, rows in chains_of(cursor, _COLUMNS):
                     seen.add(key)
                     steps += len(rows)
-                    found = self._check(key, rows, recorded.get(key), gaps)
+                    found = check_stored_chain(key, rows, recorded.get(key), gaps, "chains")
                     if found is not None:
                         breaks.append(found)
             finally:
@@ -403,25 +403,6 @@ class SQLiteStore:
             raise StoreError(f"task {task_id!r} is not in {self.location}")
         breaks.sort(key=lambda item: item[0])
         return build_report(chains, steps, [b for _, b in breaks], (), gaps)
-
-    @staticmethod
-    def _check(
-        key: tuple[str, str],
-        rows: list[StoredRow],
-        recorded: tuple[int, RecordedHead] | None,
-        gaps: list[Gap],
-    ) -> tuple[tuple[int, int], ChainBreak] | None:
-        if recorded is None:
-            first = min(rows, key=lambda r: r.seq)
-            return (1, first.position), ChainBreak(
-                key[0],
-                key[1],
-                first.seq,
-                "inserted",
-                "the chain has records but no head in the chains table",
-            )
-        found = check_chain(key[0], key[1], rows, recorded[1], gaps)
-        return None if found is None else ((0, recorded[0]), found)
 
     def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
         """Insert signed checkpoints in one transaction; see AuditStore.add_checkpoints."""

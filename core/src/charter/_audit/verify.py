@@ -44,6 +44,7 @@ __all__ = [
     "build_report",
     "chains_of",
     "check_chain",
+    "check_stored_chain",
     "declared_gaps",
     "row_from_entry",
     "stored_row",
@@ -310,3 +311,26 @@ def chains_of(
         chain.append(stored_row(values, columns))
     if key is not None:
         yield key, chain
+
+
+def check_stored_chain(
+    key: tuple[str, str],
+    rows: list[StoredRow],
+    recorded: tuple[int, RecordedHead] | None,
+    gaps: list[Gap],
+    heads_table: str,
+) -> tuple[tuple[int, int], ChainBreak] | None:
+    """`check_chain` for a database store whose heads live in `heads_table`: the break (with
+    its sort key: recorded heads in head order, then headless chains in record order) or
+    None. A chain with records but no recorded head is reported as inserted."""
+    if recorded is None:
+        first = min(rows, key=lambda r: r.seq)
+        return (1, first.position), ChainBreak(
+            key[0],
+            key[1],
+            first.seq,
+            "inserted",
+            f"the chain has records but no head in the {heads_table} table",
+        )
+    found = check_chain(key[0], key[1], rows, recorded[1], gaps)
+    return None if found is None else ((0, recorded[0]), found)
