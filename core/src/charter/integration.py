@@ -63,6 +63,7 @@ if _TYPE_CHECKING:
         tool_call,
         tool_verdicts,
     )
+    from charter._runtime.sdk_client import SDKClientGovernance
 
 # The model-client lifecycle is imported on first use: an integration that never calls a
 # model (a Claude Code hook process, whose whole lifetime is the user's wait) skips it.
@@ -88,6 +89,11 @@ def __getattr__(name: str) -> _Any:
         value = getattr(models, name)
         globals()[name] = value
         return value
+    if name == "SDKClientGovernance":
+        from charter._runtime.sdk_client import SDKClientGovernance
+
+        globals()[name] = SDKClientGovernance
+        return SDKClientGovernance
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -106,6 +112,7 @@ __all__ = [
     "ModelReply",
     "Pending",
     "RunNotFinishedError",
+    "SDKClientGovernance",
     "Step",
     "StepHandle",
     "ToolCall",

@@ -7,20 +7,18 @@ goes through it once, outside the SDK's retry loop, so a call retried three time
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import charter
 from charter.integration import (
     Blocked,
     Gate,
-    ModelCall,
-    ModelClient,
+    ModelReply,
+    SDKClientGovernance,
+    Step,
     ToolCall,
     ToolResult,
-    ToolVerdict,
-    remember_verdicts,
     tool_verdicts,
 )
 
@@ -36,8 +34,6 @@ except ImportError as exc:  # pragma: no cover - a dependency of this distributi
     raise ImportError("charter-openai needs the OpenAI SDK: pip install charter-openai") from exc
 
 __all__ = ["BlockedCallError", "Governance", "govern"]
-
-_ATTR = "_charter_governance"
 
 
 class BlockedCallError(openai.PermissionDeniedError, charter.BlockedError):
@@ -70,216 +66,44 @@ class BlockedCallError(openai.PermissionDeniedError, charter.BlockedError):
         return (charter.BlockedError, (self.reason, None, self.step_name, self.kind))
 
 
-class Governance:
+class Governance(SDKClientGovernance):
     """The handle `govern` returns: what it installed, and the governed tool executor."""
 
-    def __init__(self, client: Any, gate: Gate) -> None:
-        self.client = client
-        self.gate = gate
-        self.models = ModelClient(gate, _mapping.PROVIDER)
-        self._installed: list[weakref.ref[Any]] = []
-        self._api: dict[int, str] = {}
+    client_label = "OpenAI"
+    async_client = openai.AsyncOpenAI
+    stream_types = (Stream, AsyncStream)
+    response_types = (APIResponse, AsyncAPIResponse)
+    provider = _mapping.PROVIDER
 
-    @property
-    def governor(self) -> charter.Governor:
-        return self.gate.governor
+    def api_of(self, url: str) -> str | None:
+        return _mapping.endpoint(url)
 
-    # -- installing ---------------------------------------------------------------------
+    def request_step(self, api: str, body: Mapping[str, Any]) -> Step:
+        return _mapping.request_step(api, body, {})
 
-    def _install(self, client: Any) -> None:
-        if getattr(client, _ATTR, None) is not None:
-            raise ValueError(
-                "this OpenAI client is governed already; call uninstall() on its Governance "
-                "before governing it again"
-            )
-        original = type(client).request
-        is_async = isinstance(client, openai.AsyncOpenAI)
-        wrapped = self._arequest(client, original) if is_async else self._request(client, original)
-        client.request = wrapped
-        copy = client.copy
+    def reply(self, api: str, parsed: Any) -> ModelReply:
+        return _mapping.chat_reply(parsed) if api == "chat" else _mapping.responses_reply(parsed)
 
-        def governed_copy(*args: Any, **kwargs: Any) -> Any:
-            new = copy(*args, **kwargs)
-            self._install(new)  # with_options() copies must not escape governance
-            return new
+    def accumulator(self, api: str) -> Any:
+        return _mapping.ChatChunks() if api == "chat" else _mapping.ResponseEvents()
 
-        client.copy = governed_copy
-        client.with_options = governed_copy
-        setattr(client, _ATTR, self)
-        self._installed.append(weakref.ref(client))
-
-    def uninstall(self) -> None:
-        """Remove governance from the client (and the copies made of it while governed),
-        and end the task the client started for itself. Safe to call twice."""
-        for ref in self._installed:
-            client = ref()
-            if client is not None and getattr(client, _ATTR, None) is self:
-                for name in ("request", "copy", "with_options", _ATTR):
-                    client.__dict__.pop(name, None)
-        self._installed.clear()
-        self.models.close()
-
-    # -- the wrapped request --------------------------------------------------------------
-
-    def _begin(self, options: Any) -> tuple[str, Any]:
-        """The API a request calls and its prepared step (None: not a model call)."""
-        api = _mapping.endpoint(str(getattr(options, "url", "")))
-        if api is None or str(getattr(options, "method", "")).lower() != "post":
-            return "", None
-        body = options.json_data if isinstance(options.json_data, Mapping) else {}
-        try:
-            return api, _mapping.request_step(api, body, {})
-        except Exception as exc:
-            return api, self.gate.undecided(
-                charter.integration.Step("step.model", None, str(body.get("model"))), exc
-            )
-
-    def _refusal(self, client: Any, options: Any, blocked: Blocked) -> BlockedCallError:
+    def refusal(self, client: Any, options: Any, blocked: Blocked) -> BlockedCallError:
         url = client._prepare_url(options.url)
         return BlockedCallError(blocked, httpx.Request("POST", url))
 
-    def _request(self, client: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-        def request(cast_to: Any, options: Any, *, stream: bool = False, stream_cls: Any = None):
-            api, prepared = self._begin(options)
-            return self.models.send(
-                prepared,
-                lambda: original(client, cast_to, options, stream=stream, stream_cls=stream_cls),
-                lambda blocked: self._refusal(client, options, blocked),
-                lambda call, result: self._observe(api, call, result),
-            )
-
-        return request
-
-    def _arequest(self, client: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-        async def request(
-            cast_to: Any, options: Any, *, stream: bool = False, stream_cls: Any = None
-        ):
-            api, prepared = self._begin(options)
-            return await self.models.asend(
-                prepared,
-                lambda: original(client, cast_to, options, stream=stream, stream_cls=stream_cls),
-                lambda blocked: self._refusal(client, options, blocked),
-                lambda call, result: self._aobserve(api, call, result),
-            )
-
-        return request
-
-    # -- outcomes -------------------------------------------------------------------------
-
-    def _keep(self, obj: Any, api: str, verdicts: Sequence[ToolVerdict]) -> None:
-        remember_verdicts(obj, verdicts)
-        key = id(obj)
-        try:
-            weakref.finalize(obj, self._api.pop, key, None)
-        except TypeError:
-            return
-        self._api[key] = api
-
-    def _settle(self, api: str, call: ModelCall, parsed: Any) -> None:
-        if isinstance(parsed, Stream | AsyncStream):
-            self._stream(api, call, parsed)
-            return
-        try:
-            reply = (
-                _mapping.chat_reply(parsed) if api == "chat" else _mapping.responses_reply(parsed)
-            )
-        except Exception as exc:
-            charter.report_internal_error(exc, "openai: reading a response")
-            reply = charter.integration.ModelReply()
-        self._keep(parsed, api, call.finish(reply))
-
-    def _observe(self, api: str, call: ModelCall, result: Any) -> Any:
-        if isinstance(result, LegacyAPIResponse):
-            # with_raw_response: the body is read already (or a stream); parse() caches, so
-            # the caller's own parse() returns this very object.
-            try:
-                parsed = result.parse()
-            except Exception as exc:
-                call.failed(exc)
-                raise
-            self._settle(api, call, parsed)
-            return result
-        if isinstance(result, APIResponse | AsyncAPIResponse):
-            self._on_parse(api, call, result)
-            return result
-        self._settle(api, call, result)
-        return result
-
-    async def _aobserve(self, api: str, call: ModelCall, result: Any) -> Any:
-        if isinstance(result, LegacyAPIResponse | APIResponse | AsyncAPIResponse):
-            return self._observe(api, call, result)
-        self._settle(api, call, result)
-        return result
-
-    def _on_parse(self, api: str, call: ModelCall, raw: Any) -> None:
-        """with_streaming_response: nothing is read until the caller parses; settle then,
-        and as abandoned if the response is dropped unparsed."""
-        parse = raw.parse
-        call.watch(raw)
-
-        if isinstance(raw, AsyncAPIResponse):
-
-            async def aparse(*args: Any, **kwargs: Any) -> Any:
-                parsed = await parse(*args, **kwargs)
-                if not call.settled and not kwargs.get("to"):
-                    self._settle(api, call, parsed)
-                return parsed
-
-            raw.parse = aparse
-        else:
-
-            def sparse(*args: Any, **kwargs: Any) -> Any:
-                parsed = parse(*args, **kwargs)
-                if not call.settled and not kwargs.get("to"):
-                    self._settle(api, call, parsed)
-                return parsed
-
-            raw.parse = sparse
-
-    def _stream(self, api: str, call: ModelCall, stream: Any) -> None:
-        acc = _mapping.ChatChunks() if api == "chat" else _mapping.ResponseEvents()
-        ref = weakref.ref(stream)
-
-        def done(verdicts: tuple[ToolVerdict, ...]) -> None:
-            owner = ref()
-            if owner is not None:
-                self._keep(owner, api, verdicts)
-
-        call.watch(stream)
-        if isinstance(stream, AsyncStream):
-            stream._iterator = call.astream(stream._iterator, acc.fold, acc.reply, done)
-            close = stream.close
-
-            async def aclose() -> None:
-                await close()
-                await stream._iterator.aclose()
-
-            stream.close = aclose
-        else:
-            stream._iterator = call.stream(stream._iterator, acc.fold, acc.reply, done)
-            close = stream.close
-
-            def sclose() -> None:
-                close()
-                stream._iterator.close()
-
-            stream.close = sclose
+    def is_read(self, result: Any) -> bool:
+        # with_raw_response answers a LegacyAPIResponse, read already (or a stream)
+        return isinstance(result, LegacyAPIResponse)
 
     # -- tool calls -----------------------------------------------------------------------
-
-    def verdicts(self, source: Any) -> tuple[ToolVerdict, ...]:
-        """The verdicts on the tool calls a governed response (or a finished stream) asked
-        for; empty when it asked for none or was not produced by a governed client."""
-        return tool_verdicts(source)
 
     def _calls(self, source: Any) -> tuple[str, tuple[ToolCall, ...]]:
         found = _mapping.calls_of(source)
         if found is not None:
             return found
-        verdicts = tool_verdicts(source)
-        api = self._api.get(id(source))
+        api = self.governed_api(source)
         if api is not None:
-            return api, tuple(v.call for v in verdicts)
+            return api, tuple(v.call for v in tool_verdicts(source))
         raise TypeError(
             f"cannot read tool calls from {type(source).__name__}: pass a ChatCompletion, a "
             "ChatCompletionMessage, a Responses API response, or a governed stream read to its end"
@@ -335,5 +159,5 @@ def govern(
     else:
         gate = Gate(_mapping.FRAMEWORK, approver=approver, **settings)
     governance = Governance(client, gate)
-    governance._install(client)
+    governance.install(client)
     return governance
