@@ -317,3 +317,48 @@ def test_http_refuses_a_public_address_unless_forced(project: Path) -> None:
     done = CliRunner().invoke(main, ["serve", "--project-dir", str(project), "--http", "0.0.0.0:0"])
     assert done.exit_code == 1
     assert "loopback" in done.output and "--allow-remote" in done.output
+
+
+def test_exchange_asks_one_line_and_sign_is_the_proof_a_client_checks(
+    server: ServeProcess, tmp_path: Path
+) -> None:
+    from charter._server.files import canonical_result
+    from charter.serve import exchange, sign
+
+    key = read_key(server.folder)
+    assert key is not None
+    sock = str(server.folder / "charter.sock")
+    nonce = os.urandom(16).hex()
+    line = exchange(
+        sock, json.dumps({"v": 1, "id": 3, "op": "hello", "nonce": nonce}).encode() + b"\n", 30
+    )
+    reply = json.loads(line)
+    assert reply["ok"] is True and reply["id"] == 3
+    assert reply["proof"] == sign(key, nonce, canonical_result(reply["result"]))
+    assert reply["proof"] != sign(key, os.urandom(16).hex(), canonical_result(reply["result"]))
+    with pytest.raises(ClientError) as caught:
+        exchange(str(tmp_path / "nothing.sock"), b"{}\n", 5)
+    assert caught.value.code == "unavailable"
+
+
+def test_sign_is_hmac_sha256() -> None:
+    import hashlib
+    import hmac
+
+    from charter.serve import sign
+
+    for key in ("", "ab" * 32, "k" * 65, "x" * 200):
+        for data in (b"", b"{}", os.urandom(300)):
+            expected = hmac.new(key.encode(), b"n0nce\n" + data, hashlib.sha256).hexdigest()
+            assert sign(key, "n0nce", data) == expected
+
+
+def test_importing_charter_serve_loads_no_json_socket_or_openssl() -> None:
+    """Hooks import charter.serve on every call; Client (json, socket) loads on first use."""
+    heavy = ("json", "socket", "hashlib", "hmac", "_hashlib", "threading", "typing", "re")
+    code = (
+        "import sys, charter.serve; from charter.serve import exchange, sign, key_digest; "
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

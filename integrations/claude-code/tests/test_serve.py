@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 from charter.serve import Client, ClientError, read_key, server_folder
+from hypothesis import given
+from hypothesis import strategies as st
 
 CHARTER = str(Path(sys.executable).parent / "charter")
 
@@ -297,3 +299,97 @@ def test_the_server_keeps_what_it_protects_until_a_path_it_starts_from_changes(t
     write = {"file_path": str(elsewhere / "settings.json"), "content": "{}"}
     assert touched("Write", write, str(project), now, env) != []
     assert touched("Write", write, str(project), first, env) == []
+
+
+_TEXT = st.text(st.characters(codec="utf-8") | st.sampled_from('"\\\n\r\t\x00\x1f\u2028é'))
+
+
+@given(
+    argv=st.lists(_TEXT, max_size=6),
+    env=st.dictionaries(_TEXT, _TEXT, max_size=4),
+    raw=st.binary(max_size=200),
+    budget=st.floats(min_value=0.001, max_value=3.0),
+)
+def test_the_request_line_is_the_json_the_server_reads(argv, env, raw, budget):
+    from charter_claude_code._client import request_line
+
+    line = request_line(argv, raw, env, budget, "ab" * 16)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    request = json.loads(line)
+    assert request == {
+        "v": 1,
+        "id": 1,
+        "op": "claude.hook",
+        "nonce": "ab" * 16,
+        "params": {
+            "argv": argv,
+            "env": env,
+            "budget": budget,
+            "event_hex": raw.hex(),
+            "reply": "frame",
+        },
+    }
+
+
+@given(
+    code=st.sampled_from([0, 2]),
+    out=st.text(),
+    err=st.text(),
+    pin=st.none() | st.just("sha256:" + "a" * 64),
+)
+def test_a_frame_reads_back_only_with_the_same_pin_enforcement_and_fail_mode(code, out, err, pin):
+    from charter_claude_code._client import frame_result, read_frame
+
+    frame = bytes.fromhex(frame_result(code, out, err, pin, "enforce", "closed")["frame"])
+    assert read_frame(frame, (pin, "enforce", "closed")) == (code, out, err)
+    assert read_frame(frame, (pin, "monitor", "closed")) is None
+    assert read_frame(frame, (pin, "enforce", "open")) is None
+    assert read_frame(frame, ("sha256:" + "b" * 64, "enforce", "closed")) is None
+
+
+def test_a_served_hook_answers_without_json_socket_threading_or_openssl(
+    server, installed, project, hook_env, policy, monkeypatch
+):
+    from charter_claude_code._client import ask_server
+    from charter_claude_code._hook import parse_args
+
+    event = {
+        "hook_event_name": "PreToolUse",
+        "session_id": "light",
+        "cwd": str(project),
+        "tool_name": "Bash",
+        "tool_input": {"command": "ls"},
+        "tool_use_id": "toolu_light_1",
+    }
+    argv = ["--event", "PreToolUse", "--policy", str(policy), *installed]
+    for name in ("HOME", "CLAUDE_PROJECT_DIR"):
+        monkeypatch.setenv(name, hook_env[name])
+    # The server's own answer (a frame whose proof checks), not a fallback to in-process.
+    assert ask_server(argv, parse_args(argv).config_kw, json.dumps(event).encode(), 30.0) == (
+        0,
+        "{}",
+        "",
+    )
+    hook = str(Path(sys.executable).parent / "charter-claude-hook")
+    event["tool_use_id"] = "toolu_light_2"
+    before = server.requests()
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", hook, *argv],
+        input=json.dumps(event).encode(),
+        env=hook_env,
+        capture_output=True,
+        timeout=120,
+    )
+    assert done.returncode == 0 and json.loads(done.stdout) == {}
+    assert server.requests() - before == 1 + 1
+    loaded = {
+        line.rsplit("|", 1)[1].strip()
+        for line in done.stderr.decode().splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "charter_claude_code._client" in loaded
+    heavy = {"json", "socket", "threading", "hashlib", "_hashlib", "hmac", "typing", "re"}
+    assert loaded & heavy == set()
+    assert not any(
+        m.startswith(("charter._runtime", "charter_claude_code._handler")) for m in loaded
+    )

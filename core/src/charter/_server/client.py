@@ -16,23 +16,13 @@ import struct
 import time
 
 from charter._server.files import PROTOCOL, proof, socket_address
+from charter._server.wire import ClientError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 __all__ = ["Client", "ClientError"]
-
-
-class ClientError(Exception):
-    """The server could not be asked or refused: `code` is ``unavailable`` (no server, a
-    timeout, a closed connection), ``impostor`` (the peer is not the server: wrong user,
-    no or bad proof) or the server's own error code; `field` names the value at fault."""
-
-    def __init__(self, code: str, message: str, field: str | None = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.field = field
 
 
 class Client:

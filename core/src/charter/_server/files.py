@@ -14,21 +14,31 @@ deep the project lies. Without a home directory the project's own ``.charter/ser
   digest (the Claude Code hook's ``--serve sha256:...``) trusts no other key.
 - ``token``: the bearer token HTTP clients send (0600).
 
-Paths are plain strings and nothing heavier than hashlib is imported: hook processes load
-this module on every call.
+Paths are plain strings and nothing is imported at load time beyond a SHA-256: hook
+processes load this module on every call (json loads only for `canonical_result`, which
+the server calls).
 """
 
 from __future__ import annotations
 
-import hashlib
-import hmac
-import json
 import os
+import sys
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
+    from hashlib import sha256 as _sha256
     from typing import Any
+else:
+    # The built-in SHA-256 spares a hook process the OpenSSL load that hashlib (and hmac)
+    # start with, about 2 ms: _sha256 up to Python 3.11, _sha2 since; else hashlib.
+    try:
+        if sys.version_info >= (3, 12):
+            from _sha2 import sha256 as _sha256
+        else:
+            from _sha256 import sha256 as _sha256
+    except ImportError:  # pragma: no cover - a Python built without them
+        from hashlib import sha256 as _sha256
 
 __all__ = [
     "PROTOCOL",
@@ -39,6 +49,7 @@ __all__ = [
     "proof",
     "read_secret",
     "serve_dir",
+    "sign",
     "socket_address",
 ]
 
@@ -53,7 +64,7 @@ def serve_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = 
     home = env.get("HOME") or ""
     if not home or not os.path.isabs(home):
         return os.path.join(real, ".charter", "serve")
-    key = hashlib.sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    key = _sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
     return os.path.join(home, ".charter", "serve", key)
 
 
@@ -112,15 +123,35 @@ def ensure_secret(path: str | os.PathLike[str]) -> str:
 
 def key_digest(secret: str) -> str:
     """``sha256:`` and the hex digest of a key: what a client pins."""
-    return "sha256:" + hashlib.sha256(secret.encode("ascii")).hexdigest()
+    return "sha256:" + _sha256(secret.encode("ascii")).hexdigest()
 
 
 def canonical_result(result: Any) -> bytes:
     """The bytes a proof signs: the result as compact, key-sorted, ASCII-only JSON."""
+    import json
+
     return json.dumps(result, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
 def proof(secret: str, nonce: str, result: Any) -> str:
     """HMAC-SHA256 under the key `secret` of ``nonce + "\\n" + canonical_result(result)``."""
-    message = nonce.encode("ascii", "replace") + b"\n" + canonical_result(result)
-    return hmac.new(secret.encode("ascii"), message, hashlib.sha256).hexdigest()
+    return sign(secret, nonce, canonical_result(result))
+
+
+# RFC 2104 over SHA-256 (block size 64), as hmac.new(key, msg, "sha256") computes it.
+_INNER = bytes(x ^ 0x36 for x in range(256))
+_OUTER = bytes(x ^ 0x5C for x in range(256))
+
+
+def sign(secret: str, nonce: str, signed: bytes) -> str:
+    """HMAC-SHA256 (hex) under the key `secret` of ``nonce + "\\n" + signed``: the proof of
+    an answer whose canonical result is `signed`. A client that knows those bytes without
+    decoding them (a result of ASCII text it can read as it is) checks a proof without a
+    JSON library."""
+    key = secret.encode("ascii")
+    if len(key) > 64:
+        key = _sha256(key).digest()
+    key = key.ljust(64, b"\0")
+    message = nonce.encode("ascii", "replace") + b"\n" + signed
+    inner = _sha256(key.translate(_INNER) + message).digest()
+    return _sha256(key.translate(_OUTER) + inner).hexdigest()

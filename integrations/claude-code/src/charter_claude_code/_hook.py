@@ -28,12 +28,13 @@ each phase to stderr (``charter-timings {...}``), for ``bench/claude_hook.py``.
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
-import threading
 
-# typing and collections.abc are not imported: a hook answered by the decision server
-# never needs them, and this process's lifetime is the user's wait on every tool call.
+# typing, collections.abc and threading are not imported (the watchdog is a _thread, the
+# lower layer threading builds on): a hook answered by the decision server never needs
+# them, and this process's lifetime is the user's wait on every tool call.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -149,7 +150,7 @@ class _Emitter:
 
     def __init__(self, event: str | None) -> None:
         self.event = event
-        self._lock = threading.Lock()
+        self._lock = _thread.allocate_lock()
         self._done = False
 
     def emit(self, code: int, stdout: str, stderr: str) -> NoReturn:
@@ -157,8 +158,10 @@ class _Emitter:
             if not self._done:
                 self._done = True
                 self._write(code, stdout, stderr)
-        # The other thread answered first and is ending the process.
-        threading.Event().wait()
+        # The other thread answered first and is ending the process: wait for it forever.
+        forever = _thread.allocate_lock()
+        forever.acquire()
+        forever.acquire()
         raise AssertionError("unreachable")
 
     def _write(self, code: int, stdout: str, stderr: str) -> NoReturn:
@@ -217,15 +220,12 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         code, text = _doctor(args)
         emitter.emit(code, text, "")
     deadline = float(args.config_kw.get("deadline", 10.0))  # type: ignore[arg-type]
-    watchdog = threading.Timer(
-        max(0.0, deadline - (time.monotonic() - started_mono)), _timed_out, (emitter, deadline)
+    _thread.start_new_thread(
+        _watchdog,
+        (emitter, deadline, max(0.0, deadline - (time.monotonic() - started_mono))),
     )
-    watchdog.daemon = True
-    watchdog.start()
     timings: dict[str, float] | None = {} if os.environ.get("CHARTER_CLAUDE_TIMINGS") else None
     try:
-        import json
-
         raw = sys.stdin.buffer.read()
         if "serve" in args.config_kw:
             # The project's decision server, when it is up and proves who it is; else (None)
@@ -236,6 +236,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
             served = ask_server(raw_args, args.config_kw, raw, min(3.0, 0.3 * left))
             if served is not None:
                 emitter.emit(*served)
+
+        import json
 
         from charter_claude_code._handler import HookConfig, handle_event
 
@@ -256,6 +258,8 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         answer = failure(event_hint, f"internal error ({type(exc).__name__}: {exc})")
     stderr = answer.stderr
     if timings is not None:
+        import json
+
         timings["total_cpu"] = time.process_time() * 1000
         timings["total_wall"] = (time.perf_counter() - started) * 1000
         stderr += "\ncharter-timings " + json.dumps({k: round(v, 2) for k, v in timings.items()})
@@ -269,6 +273,15 @@ def _event_hint(argv: list[str]) -> str | None:
         if arg.startswith("--event="):
             return arg.partition("=")[2]
     return None
+
+
+def _watchdog(emitter: _Emitter, deadline: float, wait: float) -> None:
+    # A lock nobody releases: the wait ends after `wait` seconds (the process usually
+    # exits well before, taking this thread with it).
+    never = _thread.allocate_lock()
+    never.acquire()
+    if not never.acquire(timeout=wait):
+        _timed_out(emitter, deadline)
 
 
 def _timed_out(emitter: _Emitter, deadline: float) -> None:

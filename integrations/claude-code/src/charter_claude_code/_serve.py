@@ -4,7 +4,10 @@
 (the ``charter.serve`` entry point): ``claude.hook`` takes the hook's own command line, the
 event and the few environment variables the hook reads, and answers exactly what the hook
 process would have printed, by running the same `handle_event` with a Gate lent by
-`GateCache`. The Gate lives as long as the server (policies compiled, store open, the
+`GateCache`. The event comes as JSON (``event``) or as the hex of the bytes the hook read
+(``event_hex``), and with ``"reply": "frame"`` the answer is a frame of bytes
+(`charter_claude_code._client.frame_result`) that the hook reads without a JSON parser.
+The Gate lives as long as the server (policies compiled, store open, the
 session's history in memory), so a call costs the judgement and the record, not the
 start-up. Everything else is as in a hook process: the session lock, the session state
 file, sync durability. The one-shot hooks that run when the server is down (or slow) and
@@ -39,6 +42,7 @@ deadline: a server never turns into an allow that the hook itself would not give
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Mapping
@@ -47,7 +51,7 @@ from typing import Any
 
 __all__ = ["OP", "GateCache", "ops"]
 
-from charter_claude_code._client import OP, hook_environ
+from charter_claude_code._client import OP, frame_result, hook_environ
 
 
 def _store_stamp(location: str) -> tuple[int, int] | None:
@@ -159,8 +163,20 @@ def ops(service: Any) -> dict[str, Any]:
         if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
             raise ValueError("params.argv must be the hook's command line, a list of text")
         event = params.get("event")
+        hexed = params.get("event_hex")
+        if hexed is not None and event is None:
+            # The bytes the hook read, as it read them (its client does not parse JSON).
+            if not isinstance(hexed, str):
+                raise ValueError("params.event_hex must be the hex of the hook's input")
+            try:
+                event = json.loads(bytes.fromhex(hexed))
+            except ValueError as exc:
+                raise ValueError(f"params.event_hex is not the hex of JSON ({exc})") from None
         if not isinstance(event, dict):
             raise ValueError("params.event must be the hook's input, a JSON object")
+        reply = params.get("reply")
+        if reply not in (None, "frame"):
+            raise ValueError('params.reply must be "frame" or absent')
         env = params.get("env") or {}
         if not isinstance(env, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env.items()
@@ -184,6 +200,15 @@ def ops(service: Any) -> dict[str, Any]:
         answer = handle_event(
             event, config, registered_as=args.event, environ=env, started=started, gates=cache
         )
+        if reply == "frame":
+            return frame_result(
+                answer.exit_code,
+                answer.stdout,
+                answer.stderr,
+                config.pin,
+                config.enforcement,
+                config.fail_mode,
+            )
         return {
             "exit_code": answer.exit_code,
             "stdout": answer.stdout,
