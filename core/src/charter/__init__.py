@@ -9,7 +9,7 @@ tamper-evident audit trail. The public API is exactly ``__all__``.
 # must not pay for the runner, the audit stores and asyncio at import time.
 from __future__ import annotations
 
-import importlib as _importlib
+import sys as _sys
 
 # Not typing.TYPE_CHECKING: importing typing costs every hook process milliseconds, and a
 # hook answered by the decision server (charter.serve) needs nothing else from it.
@@ -200,7 +200,10 @@ def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'charter' has no attribute {name!r}")
-    value = getattr(_importlib.import_module(module), name)
+    # __import__, not importlib.import_module: importlib (and the warnings module it loads)
+    # would cost every hook process that imports charter without using these names.
+    __import__(module)
+    value = getattr(_sys.modules[module], name)
     globals()[name] = value
     return value
 

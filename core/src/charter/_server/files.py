@@ -93,13 +93,14 @@ def private_dir(folder: str | os.PathLike[str]) -> None:
 def read_secret(path: str | os.PathLike[str]) -> str | None:
     """The secret stored at `path` (stripped), or None when it is missing or malformed."""
     try:
-        with open(path, encoding="ascii") as handle:
-            text = handle.read(4 * _SECRET_BYTES).strip()
-    except (OSError, UnicodeDecodeError):
+        # Bytes, not text: an ASCII text file would load its codec module in every hook.
+        with open(path, "rb") as handle:
+            data = handle.read(4 * _SECRET_BYTES).strip()
+    except OSError:
         return None
-    if len(text) != 2 * _SECRET_BYTES or any(c not in "0123456789abcdef" for c in text):
+    if len(data) != 2 * _SECRET_BYTES or data.strip(b"0123456789abcdef"):
         return None
-    return text
+    return data.decode()
 
 
 def ensure_secret(path: str | os.PathLike[str]) -> str:
