@@ -370,6 +370,11 @@ def test_a_served_hook_answers_without_json_socket_threading_or_openssl(
         "{}",
         "",
     )
+    # Callers that send the event as JSON and read a JSON result are answered as before.
+    event["tool_use_id"] = "toolu_light_json"
+    params = {"argv": argv, "event": event, "env": {"HOME": hook_env["HOME"]}, "budget": 30.0}
+    result = server.client().call("claude.hook", params)
+    assert (result["exit_code"], result["stdout"], result["enforcement"]) == (0, "{}", "enforce")
     hook = str(Path(sys.executable).parent / "charter-claude-hook")
     event["tool_use_id"] = "toolu_light_2"
     before = server.requests()
