@@ -9,7 +9,8 @@ Prints p50/p95 of:
 - ``charter-claude-hook`` answering PreToolUse in a fresh process (each call followed by its
   PostToolUse, untimed, as in a session), installed with ``--serve``
   and the server running (target p50 <= 25 ms), beside the same hook with no server running
-  (it judges in-process) and ``python -c pass``, the floor every process pays.
+  (it judges in-process) and ``python -c pass``, the floor every process pays; also the
+  CPU time of each process, which a loaded machine stretches less than wall time.
 
 Everything runs in a temporary project and home; the server is a real ``charter serve``
 subprocess. The machine's load average is printed: figures from a busy machine are only
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shlex
 import signal
 import statistics
@@ -117,16 +119,29 @@ def _hook_args(project: Path, env: dict[str, str]) -> list[str]:
     return [str(BIN / "charter-claude-hook"), *words[words.index("--event") :]]
 
 
-def _run(argv: list[str], payload: bytes, env: dict[str, str]) -> float:
+# CPU seconds (user + system) of each timed process, by label: a loaded machine stretches
+# wall time, while a process's own CPU time stays close to what an idle run takes.
+CPU: dict[str, list[float]] = {}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _run(argv: list[str], payload: bytes, env: dict[str, str], label: str = "") -> float:
+    c0 = _children_cpu()
     t0 = time.perf_counter()
     done = subprocess.run(argv, input=payload, env=env, capture_output=True)
     elapsed = time.perf_counter() - t0
+    if label:
+        CPU.setdefault(label, []).append(_children_cpu() - c0)
     if done.returncode != 0 or b"deny" in done.stdout:
         raise SystemExit(f"the hook refused: {done.stdout!r} {done.stderr!r}")
     return elapsed
 
 
-def _call(argv: list[str], env: dict[str, str], project: Path, i: int) -> float:
+def _call(argv: list[str], env: dict[str, str], project: Path, i: int, label: str = "") -> float:
     """One tool call as Claude Code makes it: PreToolUse (timed), then its PostToolUse."""
     event = {
         "session_id": "bench",
@@ -137,7 +152,7 @@ def _call(argv: list[str], env: dict[str, str], project: Path, i: int) -> float:
         "tool_use_id": f"toolu_{i}",
     }
     pre = json.dumps({"hook_event_name": "PreToolUse", **event}).encode()
-    elapsed = _run(argv, pre, env)
+    elapsed = _run(argv, pre, env, label)
     post = {"hook_event_name": "PostToolUse", **event, "tool_response": {"stdout": ""}}
     post_argv = [*argv]
     post_argv[post_argv.index("--event") + 1] = "PostToolUse"
@@ -150,21 +165,28 @@ def _hooks(
 ) -> None:
     argv = _hook_args(project, env)
 
-    floor = [_run([sys.executable, "-c", "pass"], b"", env) for _ in range(runs)]
+    floor = [_run([sys.executable, "-c", "pass"], b"", env, "floor") for _ in range(runs)]
     _call(argv, env, project, -1)  # the server builds its gate on the first call
     status = Client(folder / "charter.sock", key=read_key(folder))
     before = status.call("status")["requests"]
-    served = [_call(argv, env, project, i) for i in range(runs)]
+    served = [_call(argv, env, project, i, "served") for i in range(runs)]
     answered = (status.call("status")["requests"] - before - 1) // 2
     status.close()
     server.send_signal(signal.SIGTERM)
     server.wait(60)
-    alone = [_call(argv, env, project, 10_000 + i) for i in range(runs)]
+    alone = [_call(argv, env, project, 10_000 + i, "alone") for i in range(runs)]
     print(f"Claude Code PreToolUse, one fresh process each, {runs} runs:")
     print(_line("python -c pass (the floor)", floor))
     print(_line("charter-claude-hook, server running", served))
     print(_line("charter-claude-hook, no server (judged in-process)", alone))
     print(f"  (the server answered {answered} of the {runs} served hook calls)")
+    print("  CPU of the process itself (the server's work is not in it):")
+    for label, name in (
+        ("floor", "python -c pass"),
+        ("served", "charter-claude-hook, server running"),
+        ("alone", "charter-claude-hook, no server"),
+    ):
+        print(f"    {name:<56} p50 {statistics.median(CPU[label]) * 1000:8.3f} ms")
 
 
 def main() -> None:
