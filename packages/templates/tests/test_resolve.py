@@ -285,6 +285,36 @@ def test_resolution_is_frozen_and_unpacks() -> None:
         result.kind = "step.exec"  # type: ignore[misc]
 
 
+def test_resolution_compares_hashes_prints_and_pickles_by_value() -> None:
+    import copy
+    import pickle
+
+    result = Resolution("step.exec", None, {"tool": {"name": "Bash"}}, "non_idempotent")
+    same = Resolution("step.exec", None, {"tool": {"name": "Bash"}}, "non_idempotent")
+    assert result == same
+    assert result != Resolution("step.exec", None, {}, "non_idempotent")
+    assert repr(result) == (
+        "Resolution(kind='step.exec', verb=None, properties={'tool': {'name': 'Bash'}}, "
+        "effect='non_idempotent')"
+    )
+    assert pickle.loads(pickle.dumps(result)) == result
+    assert copy.deepcopy(result) == result
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        del result.verb
+    frozen = Resolution("step.exec", None, (), "none")  # type: ignore[arg-type]
+    assert hash(frozen) == hash(Resolution("step.exec", None, (), "none"))  # type: ignore[arg-type]
+
+
+def test_parsed_templates_are_immutable_values() -> None:
+    import pickle
+
+    templates = load_templates()
+    template = templates._template_for(CC)
+    assert pickle.loads(pickle.dumps(template)) == template
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        template.extends = None  # type: ignore[misc]
+
+
 def test_each_call_returns_fresh_properties() -> None:
     first = resolve(CC, "WebFetch", {"url": "https://a.org"})
     first.properties["data"]["trust"] = "trusted"

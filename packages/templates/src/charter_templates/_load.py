@@ -10,7 +10,6 @@ import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._model import (
@@ -78,14 +77,22 @@ _OUTPUT_PATH = re.compile(rf"(?:[^.\[\]]+|\[(?:\d+|\*)\]){_INDEXES}(?:\.[^.\[\]]
 _INTEGRATION = re.compile(r"[a-z][a-z0-9_]*")
 
 
-@dataclass(frozen=True, slots=True)
 class _Doc:
     """One parsed YAML document: a template plus what only the generic one may carry."""
 
-    template: Template
-    extends_given: bool
-    verbs: tuple[tuple[str, Words], ...]
-    chain_words: Words
+    __slots__ = ("chain_words", "extends_given", "template", "verbs")
+
+    def __init__(
+        self,
+        template: Template,
+        extends_given: bool,
+        verbs: tuple[tuple[str, Words], ...],
+        chain_words: Words,
+    ) -> None:
+        self.template = template
+        self.extends_given = extends_given
+        self.verbs = verbs
+        self.chain_words = chain_words
 
 
 class _Check:
@@ -494,8 +501,8 @@ def _merge(base: Template | None, doc: _Doc) -> Template:
     user = doc.template
     if base is None:
         return user
-    return replace(
-        base,
+    return Template(
+        integration=base.integration,
         extends=user.extends if doc.extends_given else base.extends,
         props=base.props.merged(user.props),
         tools={**base.tools, **user.tools},

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, ClassVar, TypeAlias
 
 KINDS: tuple[str, ...] = (
     "task.start",
@@ -83,19 +82,71 @@ class TemplateError(ValueError):
         self.where = where
 
 
-@dataclass(frozen=True, slots=True)
-class Resolution:
+class _Frozen:
+    """An immutable record: slots set once in ``__init__``, then equal, hashable, printable
+    and picklable by value like a frozen dataclass.
+
+    (Plain slotted classes, not dataclasses: creating a dataclass runs generated code at
+    import, and the Claude Code hook imports this package in every fresh process.)
+    """
+
+    __slots__ = ()
+    # The fields in `__init__`'s order (the slots are sorted): equality, hashing, printing
+    # and pickling follow it, as a dataclass's would.
+    _fields: ClassVar[tuple[str, ...]] = ()
+
+    def __setattr__(self, name: str, value: object) -> None:
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        from dataclasses import FrozenInstanceError
+
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, name) for name in self._fields)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__ or not isinstance(other, _Frozen):
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{name}={getattr(self, name)!r}" for name in self._fields)
+        return f"{type(self).__name__}({inner})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), self._values())
+
+
+_set = object.__setattr__
+
+
+class Resolution(_Frozen):
     """How one framework event maps onto a behavior.
 
     `properties` is a fresh JSON-safe dict per call (only str, int, float, bool, None, dict and
     list inside); it always holds ``tool.name`` (the name as given) and ``tool.effect``.
-    Unpacks as ``kind, verb, properties, effect = resolution``.
+    Unpacks as ``kind, verb, properties, effect = resolution``. Immutable.
     """
 
+    __slots__ = ("effect", "kind", "properties", "verb")
+    _fields = ("kind", "verb", "properties", "effect")
     kind: str
     verb: str | None
     properties: dict[str, Any]
     effect: str
+
+    def __init__(self, kind: str, verb: str | None, properties: dict[str, Any], effect: str):
+        _set(self, "kind", kind)
+        _set(self, "verb", verb)
+        _set(self, "properties", properties)
+        _set(self, "effect", effect)
 
     def __iter__(self) -> Iterator[Any]:
         return iter((self.kind, self.verb, self.properties, self.effect))
@@ -113,8 +164,7 @@ TRUST_WORDS: tuple[str, ...] = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class PropSpec:
+class PropSpec(_Frozen):
     """Where values go in `properties`: picked from string args, derived from them, or fixed;
     plus `field_trust`, the trust level of parts of the tool's output by path relative to it
     (``emails[*].sender: internal``), put at ``properties.data.field_trust``.
@@ -122,10 +172,24 @@ class PropSpec:
     Keys are dotted paths; a path appears in at most one of the three maps.
     """
 
-    picks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    derives: Mapping[str, tuple[str, tuple[str, ...]]] = field(default_factory=dict)
-    sets: Mapping[str, Scalar] = field(default_factory=dict)
-    field_trust: Mapping[str, str] = field(default_factory=dict)
+    __slots__ = ("derives", "field_trust", "picks", "sets")
+    _fields = ("picks", "derives", "sets", "field_trust")
+    picks: Mapping[str, tuple[str, ...]]
+    derives: Mapping[str, tuple[str, tuple[str, ...]]]
+    sets: Mapping[str, Scalar]
+    field_trust: Mapping[str, str]
+
+    def __init__(
+        self,
+        picks: Mapping[str, tuple[str, ...]] | None = None,
+        derives: Mapping[str, tuple[str, tuple[str, ...]]] | None = None,
+        sets: Mapping[str, Scalar] | None = None,
+        field_trust: Mapping[str, str] | None = None,
+    ) -> None:
+        _set(self, "picks", {} if picks is None else picks)
+        _set(self, "derives", {} if derives is None else derives)
+        _set(self, "sets", {} if sets is None else sets)
+        _set(self, "field_trust", {} if field_trust is None else field_trust)
 
     def paths(self) -> set[str]:
         return set(self.picks) | set(self.derives) | set(self.sets)
@@ -142,24 +206,52 @@ class PropSpec:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ToolEntry:
+class ToolEntry(_Frozen):
     """An exact tool name's behavior; `effect` None means the default for (kind, verb)."""
 
+    __slots__ = ("effect", "kind", "props", "verb")
+    _fields = ("kind", "verb", "effect", "props")
     kind: str
     verb: str | None
     effect: str | None
     props: PropSpec
 
+    def __init__(self, kind: str, verb: str | None, effect: str | None, props: PropSpec):
+        _set(self, "kind", kind)
+        _set(self, "verb", verb)
+        _set(self, "effect", effect)
+        _set(self, "props", props)
 
-@dataclass(frozen=True, slots=True)
-class Rule:
+
+class Rule(_Frozen):
     """A word rule: matches when one of `words` occurs in the name (no words: any name).
 
     With `from_name` the verb comes from the name's verb words (else `default_verb`); the rule
     does not match when that verb is missing or not in `only_verbs`, so later rules get a turn.
     """
 
+    __slots__ = (
+        "default_verb",
+        "effect",
+        "from_name",
+        "kind",
+        "name",
+        "only_verbs",
+        "props",
+        "verb",
+        "words",
+    )
+    _fields = (
+        "name",
+        "words",
+        "kind",
+        "verb",
+        "from_name",
+        "default_verb",
+        "only_verbs",
+        "effect",
+        "props",
+    )
     name: str
     words: Words
     kind: str
@@ -170,11 +262,34 @@ class Rule:
     effect: str | None
     props: PropSpec
 
+    def __init__(
+        self,
+        name: str,
+        words: Words,
+        kind: str,
+        verb: str | None,
+        from_name: bool,
+        default_verb: str | None,
+        only_verbs: frozenset[str],
+        effect: str | None,
+        props: PropSpec,
+    ) -> None:
+        _set(self, "name", name)
+        _set(self, "words", words)
+        _set(self, "kind", kind)
+        _set(self, "verb", verb)
+        _set(self, "from_name", from_name)
+        _set(self, "default_verb", default_verb)
+        _set(self, "only_verbs", only_verbs)
+        _set(self, "effect", effect)
+        _set(self, "props", props)
 
-@dataclass(frozen=True, slots=True)
-class Pattern:
+
+class Pattern(_Frozen):
     """A name pattern: the `resolve` group of `regex` is resolved again with template `via`."""
 
+    __slots__ = ("groups", "name", "props", "regex", "resolve", "via")
+    _fields = ("name", "regex", "resolve", "via", "groups", "props")
     name: str
     regex: re.Pattern[str]
     resolve: str
@@ -182,11 +297,28 @@ class Pattern:
     groups: Mapping[str, str]
     props: PropSpec
 
+    def __init__(
+        self,
+        name: str,
+        regex: re.Pattern[str],
+        resolve: str,
+        via: str | None,
+        groups: Mapping[str, str],
+        props: PropSpec,
+    ) -> None:
+        _set(self, "name", name)
+        _set(self, "regex", regex)
+        _set(self, "resolve", resolve)
+        _set(self, "via", via)
+        _set(self, "groups", groups)
+        _set(self, "props", props)
 
-@dataclass(frozen=True, slots=True)
-class Template:
+
+class Template(_Frozen):
     """One integration's parsed template; `extends` names the template tried when none matches."""
 
+    __slots__ = ("extends", "integration", "patterns", "props", "rules", "sources", "tools")
+    _fields = ("integration", "extends", "props", "tools", "patterns", "rules", "sources")
     integration: str
     extends: str | None
     props: PropSpec
@@ -195,10 +327,33 @@ class Template:
     rules: tuple[Rule, ...]
     sources: tuple[str, ...]
 
+    def __init__(
+        self,
+        integration: str,
+        extends: str | None,
+        props: PropSpec,
+        tools: Mapping[str, ToolEntry],
+        patterns: tuple[Pattern, ...],
+        rules: tuple[Rule, ...],
+        sources: tuple[str, ...],
+    ) -> None:
+        _set(self, "integration", integration)
+        _set(self, "extends", extends)
+        _set(self, "props", props)
+        _set(self, "tools", tools)
+        _set(self, "patterns", patterns)
+        _set(self, "rules", rules)
+        _set(self, "sources", sources)
 
-@dataclass(frozen=True, slots=True)
-class Vocabulary:
+
+class Vocabulary(_Frozen):
     """The verb words shared by all templates, most consequential verb first."""
 
+    __slots__ = ("chain_words", "verbs")
+    _fields = ("verbs", "chain_words")
     verbs: tuple[tuple[str, Words], ...]
     chain_words: Words
+
+    def __init__(self, verbs: tuple[tuple[str, Words], ...], chain_words: Words) -> None:
+        _set(self, "verbs", verbs)
+        _set(self, "chain_words", chain_words)
