@@ -23,6 +23,21 @@ _TYPES: dict[str, Callable[[Any], bool]] = {
     "null": lambda v: v is None,
 }
 
+# For the exact built-in types, the schema type names a value satisfies (what `_TYPES` says,
+# without calling it); a subclass (an IntEnum, an OrderedDict) takes the `_TYPES` test itself.
+_NAMES_OF: dict[type, frozenset[str]] = {
+    str: frozenset({"string"}),
+    int: frozenset({"integer", "number"}),
+    float: frozenset({"number"}),
+    bool: frozenset({"boolean"}),
+    list: frozenset({"array"}),
+    dict: frozenset({"object"}),
+    type(None): frozenset({"null"}),
+}
+_NONE: frozenset[str] = frozenset()
+
+# Checks a nested ``format: condition`` value: its errors, each under the given dotted key
+# (whether there are any must not depend on that key).
 ConditionChecker = Callable[[Any, str], list[str]]
 
 
@@ -37,9 +52,71 @@ def check_params(
     Returns an empty list when the value conforms. `check_condition` validates nested
     ``format: condition`` values (the registry supplies it).
     """
+    # Almost every value conforms: a walk that only answers yes or no, building no dotted
+    # keys, settles those; the full walk below runs only to name what is wrong.
+    if _conforms(value, schema, check_condition):
+        return []
     errors: list[str] = []
     _check(value, schema, path, errors, check_condition)
     return errors
+
+
+def _conforms(v: Any, schema: dict[str, Any], check_condition: ConditionChecker | None) -> bool:
+    """Whether `_check` would find nothing: the same tests in the same order (so the same
+    exceptions escape), stopping at the first failure."""
+    expected = schema.get("type")
+    if expected is not None:
+        if not (type(expected) is str and expected in _NAMES_OF.get(type(v), _NONE)):
+            names = [expected] if isinstance(expected, str) else list(expected)
+            if not any(_TYPES[n](v) for n in names):
+                return False
+    if "enum" in schema and v not in schema["enum"]:
+        return False
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        if "minimum" in schema and v < schema["minimum"]:
+            return False
+        if "maximum" in schema and v > schema["maximum"]:
+            return False
+        if "exclusiveMinimum" in schema and v <= schema["exclusiveMinimum"]:
+            return False
+    elif isinstance(v, str):
+        if "minLength" in schema and len(v) < schema["minLength"]:
+            return False
+        if "maxLength" in schema and len(v) > schema["maxLength"]:
+            return False
+        fmt = schema.get("format")
+        if fmt is not None:
+            errors: list[str] = []
+            _check_format(v, fmt, "", errors)
+            return not errors
+    elif isinstance(v, list):
+        if "minItems" in schema and len(v) < schema["minItems"]:
+            return False
+        if "maxItems" in schema and len(v) > schema["maxItems"]:
+            return False
+        item_schema = schema.get("items")
+        if item_schema is not None:
+            for item in v:
+                if not _conforms(item, item_schema, check_condition):
+                    return False
+    elif isinstance(v, dict):
+        if schema.get("format") == "condition":
+            return check_condition is None or not check_condition(v, "")
+        props: dict[str, Any] = schema.get("properties", {})
+        for key in schema.get("required", ()):
+            if key not in v:
+                return False
+        extra = schema.get("additionalProperties", not props)
+        for key, item in v.items():
+            if key in props:
+                if not _conforms(item, props[key], check_condition):
+                    return False
+            elif extra is False:
+                return False
+            elif isinstance(extra, dict):
+                if not _conforms(item, extra, check_condition):
+                    return False
+    return True
 
 
 def _type_name(v: Any) -> str:
