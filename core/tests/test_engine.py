@@ -179,6 +179,40 @@ def test_user_rules_register_with_a_schema_and_return_violations() -> None:
         unregister("max_len")
 
 
+def test_inline_policies_are_checked_and_prepared_once_per_runner() -> None:
+    import charter
+    from charter._policy.policy import compile_policies
+
+    prepared: list[dict[str, Any]] = []
+
+    def prepare(params: dict[str, Any]) -> dict[str, Any]:
+        prepared.append(params)
+        return params
+
+    @rule(name="counted", description="complies; counts its preparations", prepare=prepare)
+    def counted(view: Any, params: Any, ctx: Any) -> bool:
+        return True
+
+    try:
+        policy = {"name": "c", "rule_type": "counted", "severity": "low"}
+        runner = charter.Runner(policies=[policy], audit_location="none")
+        try:
+            assert [p.name for p in runner.engine.policies] == ["c"]
+        finally:
+            runner.close()
+        assert len(prepared) == 1
+        compiled, problems = compile_policies([policy])
+        again, problems = compile_policies([*compiled, deny("d", "low", "x")])
+        assert not problems and again[0] is compiled[0] and len(prepared) == 2
+        _, problems = compile_policies([*compiled, policy], "here")
+        assert [str(p) for p in problems] == [
+            "here: policy 'c' (rule counted): name: duplicate policy name; names must be "
+            "unique in a set"
+        ]
+    finally:
+        unregister("counted")
+
+
 def test_load_report_states() -> None:
     engine = PolicyEngine()
     assert engine.load_report().state == "unavailable"

@@ -207,16 +207,33 @@ def _policy_from_mapping(data: Any, index: int) -> tuple[Policy | None, list[Pol
 
 
 def compile_policies(
-    items: Iterable[Policy | Mapping[str, Any]], source: str | None = None
+    items: Iterable[Policy | CompiledPolicy | Mapping[str, Any]], source: str | None = None
 ) -> tuple[list[CompiledPolicy], list[PolicyProblem]]:
     """Check and compile a whole set; returns the compiled set and every problem found.
 
     A set with any problem must be refused whole by the caller. Names must be unique.
+    A `CompiledPolicy` (from an earlier call) is taken as it is: it was checked when it was
+    compiled and cannot change since; only its name is checked against the rest of the set.
     """
     compiled: list[CompiledPolicy] = []
     problems: list[PolicyProblem] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
+        if type(item) is CompiledPolicy:
+            if item.policy.name in seen:
+                problems.append(
+                    PolicyProblem(
+                        "duplicate policy name; names must be unique in a set",
+                        key="name",
+                        policy=item.policy.name,
+                        rule=item.policy.rule_type,
+                        source=source,
+                    )
+                )
+                continue
+            seen.add(item.policy.name)
+            compiled.append(item)
+            continue
         if isinstance(item, Policy):
             policy, found = _policy_from_mapping(item.to_dict(), index)
         else:

@@ -98,8 +98,9 @@ class PolicySources:
         Raises PolicyLoadError when the inline policies themselves are invalid: they are code,
         and a program that hands over a broken set should hear so at once.
         """
+        compiled: list[Any] = []
         if self._inline:
-            _, problems = compile_policies(self._inline, "policies=")
+            compiled, problems = compile_policies(self._inline, "policies=")
             if problems:
                 raise PolicyLoadError([str(p) for p in problems], "policies= (inline)")
         with self._lock:
@@ -108,7 +109,8 @@ class PolicySources:
                 if not self._loaded:
                     self._load_cache()
             elif self._settings.policies is not None:
-                self._apply(list(self._inline), "policies= (inline)", monitor=False)
+                # The set just checked and compiled, not compiled a second time.
+                self._apply(compiled, "policies= (inline)", monitor=False)
             else:
                 self._load_cache()
             self._next_check = time.monotonic() + _CHECK_EVERY
