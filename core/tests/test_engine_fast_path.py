@@ -1,7 +1,9 @@
 """The engine's fast path gives the verdicts the rules give one by one.
 
 Complying policies share one result object per policy, and forbidding patterns on one field
-are searched together in an RE2 set; neither may change what `evaluate` returns.
+are searched together in an RE2 set; neither may change what `evaluate` returns. The walk
+that finds the field paths a loaded policy reads skips plain values and common containers
+quickly; it must find what the full chain of tests finds.
 """
 
 from __future__ import annotations
@@ -213,3 +215,124 @@ def test_verdicts_stay_right_past_the_remembered_choices() -> None:
     assert engine.evaluate(pay("tool-1", 500), CTX) == PolicyEngine(SELECTED).evaluate(
         pay("tool-1", 500), CTX
     )
+
+
+# -- the field paths a prepared policy holds ------------------------------------------------
+
+
+def _field_paths_reference(prepared: Any) -> tuple[Any, ...]:
+    """The definition `_field_paths` is held to: every value is put through the whole chain
+    of tests."""
+    import dataclasses
+    import types
+
+    from charter._model.paths import FieldPath
+
+    found: list[Any] = []
+    stack: list[tuple[Any, int]] = [(prepared, 0)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, FieldPath):
+            found.append(value)
+        elif (
+            depth > 8
+            or value is None
+            or isinstance(value, str | bytes | int | float | type | types.ModuleType)
+            or callable(value)
+        ):
+            continue
+        elif isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list | tuple | set | frozenset):
+            stack.extend((v, depth + 1) for v in value)
+        elif dataclasses.is_dataclass(value):
+            stack.extend(
+                (getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)
+            )
+        else:
+            for klass in type(value).__mro__:
+                for name in getattr(klass, "__slots__", ()):
+                    stack.append((getattr(value, name, None), depth + 1))
+            stack.extend((v, depth + 1) for v in getattr(value, "__dict__", {}).values())
+    return tuple(found)
+
+
+class _Slotted:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a: Any, b: Any) -> None:
+        self.a, self.b = a, b
+
+
+class _Plain:
+    def __init__(self, a: Any) -> None:
+        self.a = a
+
+
+def _prepared_values() -> st.SearchStrategy[Any]:
+    from collections import OrderedDict
+
+    from charter._model.paths import parse_path
+
+    paths = st.sampled_from(["input.command", "properties.target.path", "step_name"]).map(
+        parse_path
+    )
+    leaves = st.one_of(
+        paths,
+        st.none(),
+        st.booleans(),
+        st.integers(),
+        st.text(max_size=3),
+        st.just(b"x"),
+        st.just(len),
+        st.just(Severity.HIGH),
+        st.just(str),
+    )
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.lists(inner, max_size=4).map(tuple),
+            st.frozensets(paths | st.integers(), max_size=3),
+            st.dictionaries(st.text(max_size=2), inner, max_size=4),
+            st.dictionaries(st.text(max_size=2), inner, max_size=2).map(OrderedDict),
+            st.builds(_Slotted, inner, inner),
+            st.builds(_Plain, inner),
+        ),
+        max_leaves=40,
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(prepared=_prepared_values())
+def test_the_field_paths_walk_finds_what_the_definition_finds(prepared: Any) -> None:
+    from charter._engine.engine import _field_paths
+
+    assert _field_paths(prepared) == _field_paths_reference(prepared)
+
+
+def test_the_field_paths_of_every_built_in_example_are_found_as_defined() -> None:
+    from charter._engine.engine import _field_paths
+    from charter._policy.policy import compile_policies
+    from charter._policy.registry import registered_rules
+
+    for spec in registered_rules():
+        if spec.example_params is None or "step_execution" not in spec.enforcement_points:
+            continue
+        policy = {"name": "p", "rule_type": spec.name, "severity": "low"}
+        compiled, problems = compile_policies([{**policy, "params": spec.example_params}])
+        assert not problems, problems
+        prepared = compiled[0].prepared
+        assert _field_paths(prepared) == _field_paths_reference(prepared), spec.name
+
+
+def test_the_field_paths_walk_stops_at_the_same_depth() -> None:
+    from charter._engine.engine import _field_paths
+    from charter._model.paths import parse_path
+
+    for depth in range(6, 13):
+        for wrap in (list, tuple, lambda v: {"k": v}, lambda v: _Slotted(v, None)):
+            value: Any = [parse_path("input.command")]
+            for _ in range(depth):
+                value = wrap(value)
+            assert _field_paths(value) == _field_paths_reference(value), (depth, wrap)

@@ -757,13 +757,29 @@ def _applies(policy: Policy, context: EvalContext) -> bool:
     return _agent_applies(policy, context.agent_id)
 
 
+# Values that never hold a field path, by exact type: a walk skips them without a test each.
+_PLAIN = frozenset({str, bytes, int, float, bool, type(None)})
+_SEQUENCES = frozenset({list, tuple, set, frozenset})
+
+
 def _field_paths(prepared: Any) -> tuple[FieldPath, ...]:
     """The field paths a policy's prepared params hold: what its rule reads."""
     found: list[FieldPath] = []
     stack: list[tuple[Any, int]] = [(prepared, 0)]
+    push = stack.append
+    plain = _PLAIN
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, FieldPath):
+        kind = type(value)
+        if kind is dict or kind in _SEQUENCES:
+            # The common containers, without the chain of tests below (same outcome).
+            if depth > 8:
+                continue
+            inner = depth + 1
+            for item in value.values() if kind is dict else value:
+                if type(item) not in plain:
+                    push((item, inner))
+        elif isinstance(value, FieldPath):
             found.append(value)
         elif (
             depth > 8
@@ -781,9 +797,9 @@ def _field_paths(prepared: Any) -> tuple[FieldPath, ...]:
                 (getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)
             )
         else:
-            for klass in type(value).__mro__:
+            for klass in kind.__mro__:
                 for name in getattr(klass, "__slots__", ()):
-                    stack.append((getattr(value, name, None), depth + 1))
+                    push((getattr(value, name, None), depth + 1))
             stack.extend((v, depth + 1) for v in getattr(value, "__dict__", {}).values())
     return tuple(found)
 
