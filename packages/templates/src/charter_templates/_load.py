@@ -69,12 +69,51 @@ _DERIVE_FUNCTIONS = ("host_of",)
 _RESERVED_PATHS = ("tool.name", "tool.effect")
 _FROM_NAME = "from_name"
 
-_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
-# An output path: keys and [n] / [*] steps (``emails[*].sender``, ``[*].from``).
-_INDEXES = r"(?:\[(?:\d+|\*)\])*"
-_OUTPUT_PATH = re.compile(rf"(?:[^.\[\]]+|\[(?:\d+|\*)\]){_INDEXES}(?:\.[^.\[\]]+{_INDEXES})*")
-_INTEGRATION = re.compile(r"[a-z][a-z0-9_]*")
+
+# The names and paths below are checked with string methods, not regular expressions:
+# compiling those cost every fresh process that builds a template set (the Claude Code hook)
+# about half a millisecond. Each check states the expression it stands for; the package's
+# tests hold each to it.
+
+
+def _is_path(text: str) -> bool:
+    """A dotted property path: ``[A-Za-z_][A-Za-z0-9_]*(?:\\.[A-Za-z_][A-Za-z0-9_]*)*``."""
+    # For ASCII text, isidentifier() is exactly [A-Za-z_][A-Za-z0-9_]*.
+    return text.isascii() and all(part.isidentifier() for part in text.split("."))
+
+
+def _is_plain_key(text: str) -> bool:
+    """A key that reads well after a dot: ``[A-Za-z0-9_-]+``."""
+    return text.isascii() and text.replace("_", "a").replace("-", "a").isalnum()
+
+
+def _is_integration(text: str) -> bool:
+    """An integration name: ``[a-z][a-z0-9_]*``."""
+    # The first character is a lower-case letter, so islower() is False only for upper case.
+    return (
+        text.isascii()
+        and "a" <= text[:1] <= "z"
+        and text.islower()
+        and text.replace("_", "a").isalnum()
+    )
+
+
+def _is_output_path(text: str) -> bool:
+    """A path into a tool's output, keys and ``[n]`` / ``[*]`` steps (``emails[*].sender``,
+    ``[*].from``): ``(?:K|I)I*(?:\\.KI*)*`` with K ``[^.\\[\\]]+`` and I
+    ``\\[(?:\\d+|\\*)\\]``."""
+    for number, segment in enumerate(text.split(".")):
+        cut = segment.find("[")
+        key, steps = (segment, "") if cut < 0 else (segment[:cut], segment[cut:])
+        if "]" in key or not (key or (number == 0 and steps)):
+            return False
+        while steps:
+            end = steps.find("]")
+            inner = steps[1:end]
+            if steps[0] != "[" or end < 0 or not (inner == "*" or inner.isdecimal()):
+                return False
+            steps = steps[end + 1 :]
+    return True
 
 
 class _Doc:
@@ -110,7 +149,7 @@ class _Check:
 
 def _key(where: str, name: str) -> str:
     """`where.name`, or `where['odd name']` for names that would read badly after a dot."""
-    if _PLAIN_KEY.fullmatch(name):
+    if _is_plain_key(name):
         return f"{where}.{name}" if where else name
     return f"{where}[{name!r}]"
 
@@ -200,7 +239,7 @@ def _effect(check: _Check, value: object, where: str) -> str | None:
 
 
 def _path(check: _Check, path: str, where: str) -> str:
-    if not _PATH.fullmatch(path):
+    if not _is_path(path):
         check.fail(where, f"{path!r} is not a dotted property path", "write e.g. target.path")
     if path in _RESERVED_PATHS:
         check.fail(where, f"{path} is always set by the resolver", "remove it")
@@ -208,6 +247,8 @@ def _path(check: _Check, path: str, where: str) -> str:
 
 
 def _props(check: _Check, entry: Mapping[str, Any], where: str) -> PropSpec:
+    if not any(key in entry for key in _PROP_KEYS):
+        return PropSpec()
     picks: dict[str, tuple[str, ...]] = {}
     derives: dict[str, tuple[str, tuple[str, ...]]] = {}
     sets: dict[str, Scalar] = {}
@@ -255,7 +296,7 @@ def _props(check: _Check, entry: Mapping[str, Any], where: str) -> PropSpec:
         check, entry.get("field_trust", {}), section_where, "field_trust"
     ).items():
         here = f"{section_where}.{path}"
-        if not _OUTPUT_PATH.fullmatch(path):
+        if not _is_output_path(path):
             check.fail(here, f"{path!r} is not an output path", "write e.g. emails[*].sender")
         if level not in TRUST_WORDS:
             check.fail(here, f"{_describe(level)} is not a trust level", _one_of(TRUST_WORDS))
@@ -367,7 +408,7 @@ def _pattern(check: _Check, value: object, where: str) -> Pattern:
 
 def _integration(check: _Check, value: object, where: str) -> str:
     text = _text(check, value, where).strip().lower().replace("-", "_")
-    if not _INTEGRATION.fullmatch(text):
+    if not _is_integration(text):
         check.fail(where, f"{value!r} is not an integration name", "use letters, digits and _")
     return text
 

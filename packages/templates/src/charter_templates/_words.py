@@ -22,6 +22,12 @@ def split_words(name: str) -> tuple[str, ...]:
 
     Never raises; a name without letters or digits gives ().
     """
+    if name.isascii():
+        # Lower-case ASCII words joined by single underscores (most template words, many
+        # tool names) split as the expressions would split them, at the underscores.
+        parts = name.split("_")
+        if all(part.isalpha() and part.islower() for part in parts):
+            return tuple(parts)
     return tuple(part.lower() for chunk in _CHUNK.findall(name) for part in _PART.findall(chunk))
 
 
