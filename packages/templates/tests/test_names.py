@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from charter_templates._load import _is_integration, _is_output_path, _is_path, _is_plain_key
-from charter_templates._words import _CHUNK, _PART, split_words
+from charter_templates._words import split_words
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +19,8 @@ PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 INDEXES = r"(?:\[(?:\d+|\*)\])*"
 OUTPUT_PATH = re.compile(rf"(?:[^.\[\]]+|\[(?:\d+|\*)\]){INDEXES}(?:\.[^.\[\]]+{INDEXES})*")
 INTEGRATION = re.compile(r"[a-z][a-z0-9_]*")
+CHUNK = re.compile(r"[^\W_]+")
+PART = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_]+")
 
 # Characters each check cares about, plus a few that look like them (Unicode letters and
 # digits, which str methods and regular expressions treat differently).
@@ -49,7 +51,7 @@ def test_each_check_accepts_what_its_expression_accepts(text: str) -> None:
 
 
 def _split_by_expressions(name: str) -> tuple[str, ...]:
-    return tuple(part.lower() for chunk in _CHUNK.findall(name) for part in _PART.findall(chunk))
+    return tuple(part.lower() for chunk in CHUNK.findall(name) for part in PART.findall(chunk))
 
 
 @settings(max_examples=1500, deadline=None)
@@ -59,5 +61,10 @@ def _split_by_expressions(name: str) -> tuple[str, ...]:
 @example("__a")
 @example("a__b")
 @example("getHTTPResponse")
+@example("Bash")
+@example("B")
+@example("Web_Fetch")
+@example("BaSh")
+@example("URLs")
 def test_split_words_splits_as_the_expressions_do(name: str) -> None:
     assert split_words(name) == _split_by_expressions(name)

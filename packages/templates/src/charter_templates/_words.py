@@ -6,15 +6,23 @@ Template words are split by the same function as tool names, so ``post_message``
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 
 from ._model import Words
 
-_CHUNK = re.compile(r"[^\W_]+")
+_CHUNK = r"[^\W_]+"
 # Inside a chunk: plural acronyms (URLs), acronyms before a capitalised word (HTTPRequest),
 # capitalised or lower words, digit runs, then any other letters (non-Latin scripts).
-_PART = re.compile(r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_]+")
+_PART = r"[A-Z]{2,}s(?![a-z])|[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+|[^\W\d_]+"
+
+
+@functools.cache
+def _expressions() -> tuple[re.Pattern[str], re.Pattern[str]]:
+    # Compiled on the first name that needs them: many processes (a Claude Code hook call
+    # mapping Bash or Read) split only plain words.
+    return re.compile(_CHUNK), re.compile(_PART)
 
 
 def split_words(name: str) -> tuple[str, ...]:
@@ -23,12 +31,14 @@ def split_words(name: str) -> tuple[str, ...]:
     Never raises; a name without letters or digits gives ().
     """
     if name.isascii():
-        # Lower-case ASCII words joined by single underscores (most template words, many
-        # tool names) split as the expressions would split them, at the underscores.
+        # ASCII words, each lower-case or capitalised, joined by single underscores (every
+        # template word, most tool names): the expressions would split them at the
+        # underscores alone.
         parts = name.split("_")
-        if all(part.isalpha() and part.islower() for part in parts):
-            return tuple(parts)
-    return tuple(part.lower() for chunk in _CHUNK.findall(name) for part in _PART.findall(chunk))
+        if all(part.isalpha() and (part.islower() or part.istitle()) for part in parts):
+            return tuple(part.lower() for part in parts)
+    chunks, parts_of = _expressions()
+    return tuple(part.lower() for chunk in chunks.findall(name) for part in parts_of.findall(chunk))
 
 
 def _same(token: str, word: str, plural: bool) -> bool:
