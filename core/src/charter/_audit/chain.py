@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import secrets
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -194,7 +194,7 @@ def _groups_apart(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
 # Stand-ins for the chain fields while a record is encoded once: random per process, never
 # written anywhere, so no recorded value can hold them (each must occur exactly once, which
 # `_groups` checks before trusting the split).
-_NONCE = secrets.token_hex(16)
+_NONCE = os.urandom(16).hex()  # secrets.token_hex(16), without importing random
 _STAND_INS = {"hash": _NONCE + "h", "prev_hash": _NONCE + "p", "seq": _NONCE + "s"}
 _NONCE_BYTES = _NONCE.encode("ascii")
 _AT_HASH = b'"hash":"' + _NONCE_BYTES + b'h"'

@@ -23,14 +23,13 @@ Schema (PRAGMA application_id 0x43485452 "CHTR", PRAGMA user_version 1):
 from __future__ import annotations
 
 import os
-import random
 import sqlite3
 import threading
 import time
 import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from charter._audit.base import (
     ChainBreak,
@@ -53,15 +52,11 @@ from charter._audit.chain import (
     decode_json,
     seal,
 )
-from charter._audit.checkpoint import CHECKPOINT_KEY
-from charter._audit.sqlite_counters import SQLiteCounters
-from charter._audit.verify import (
-    RecordedHead,
-    build_report,
-    chains_of,
-    check_chain,
-    check_stored_chain,
-)
+
+# Verification, checkpoints and the shared counters load on first use: a process that only
+# restores a task and records a step (a hook call) needs none of them.
+if TYPE_CHECKING:
+    from charter._audit.sqlite_counters import SQLiteCounters
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
 
@@ -142,6 +137,8 @@ class SQLiteStore:
         self.location = f"sqlite:///{self._path}"
         self._lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._counters: SQLiteCounters | None = None
+        self._counters_lock = threading.Lock()
         self._pid = os.getpid()
         if not self._memory:
             check_store_path(self._path, create)
@@ -172,11 +169,15 @@ class SQLiteStore:
             conn.close()
             raise
         self._conn = conn
-        self._counters = SQLiteCounters(self.location, self._connection, _begin_write)
 
     def counters(self) -> SQLiteCounters:
         """The shared limit counters kept in this store's file (see `SQLiteCounters`)."""
-        return self._counters
+        with self._counters_lock:
+            if self._counters is None:
+                from charter._audit.sqlite_counters import SQLiteCounters
+
+                self._counters = SQLiteCounters(self.location, self._connection, _begin_write)
+            return self._counters
 
     def _initialise(self, conn: sqlite3.Connection, create: bool) -> None:
         if not self._is_charter(conn):
@@ -363,6 +364,14 @@ class SQLiteStore:
 
         Raises StoreError when `task_id` is given and neither its records nor its head exist.
         """
+        from charter._audit.verify import (
+            RecordedHead,
+            build_report,
+            chains_of,
+            check_chain,
+            check_stored_chain,
+        )
+
         where = "" if task_id is None else " WHERE task_id = ?"
         params: tuple[str, ...] = () if task_id is None else (task_id,)
         breaks: list[tuple[tuple[int, int], ChainBreak]] = []
@@ -406,6 +415,8 @@ class SQLiteStore:
 
     def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
         """Insert signed checkpoints in one transaction; see AuditStore.add_checkpoints."""
+        from charter._audit.checkpoint import CHECKPOINT_KEY
+
         rows = []
         for index, wire in enumerate(checkpoints):
             body = wire.get(CHECKPOINT_KEY) if isinstance(wire, Mapping) else None
@@ -516,6 +527,8 @@ def _begin_write(conn: sqlite3.Connection) -> None:
                 busy = (exc.sqlite_errorcode & 0xFF) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
                 if not busy or time.monotonic() > deadline:
                     raise
+            import random
+
             time.sleep(delay * random.uniform(0.5, 1.5))
             delay = min(delay * 2, 0.008)
     finally:

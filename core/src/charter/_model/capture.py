@@ -6,9 +6,8 @@ import dataclasses
 import datetime as _dt
 import enum
 import math
-import uuid
+import sys
 from collections.abc import Mapping
-from decimal import Decimal
 from pathlib import PurePath
 from typing import Any
 
@@ -106,7 +105,23 @@ def _int_text(v: int) -> str:
     try:
         return str(v)
     except ValueError:
+        from decimal import Decimal
+
         return str(Decimal(v))
+
+
+# Captured as their str(): (module, class). A Decimal or UUID can exist only once its module
+# was imported, so they are looked up, not imported: a process that never uses one (a hook
+# call) does not pay for the modules.
+_STRINGIFIED = (("decimal", "Decimal"), ("uuid", "UUID"))
+
+
+def _is_loaded(v: object, classes: tuple[tuple[str, str], ...]) -> bool:
+    for module, name in classes:
+        loaded = sys.modules.get(module)
+        if loaded is not None and isinstance(v, getattr(loaded, name)):
+            return True
+    return False
 
 
 @dataclasses.dataclass(slots=True)
@@ -166,7 +181,7 @@ class _Capture:
             return v.isoformat()
         if isinstance(v, _dt.timedelta):
             return v.total_seconds()
-        if isinstance(v, Decimal | uuid.UUID | PurePath | complex):
+        if isinstance(v, PurePath | complex) or _is_loaded(v, _STRINGIFIED):
             return str(v)
         if isinstance(v, bytes | bytearray | memoryview):
             # Judged as the text a tool would act on: a shell reads b"rm -rf /" as rm -rf /.

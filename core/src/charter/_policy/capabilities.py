@@ -26,11 +26,14 @@ import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from charter._model.paths import ROOTS, SCALAR_ROOTS, FieldPath, parse_path
 from charter._policy.regex import compile_re2, fullmatch_function
+
+# decimal loads with the first number a grant compares: most processes never compare one.
+if TYPE_CHECKING:
+    from decimal import Decimal
 
 __all__ = [
     "GRANT_META",
@@ -89,6 +92,8 @@ def as_number(value: Any) -> Decimal | None:
     decimal number (``-12``, ``40.50``); None for anything else (booleans included)."""
     if isinstance(value, bool):
         return None
+    from decimal import Decimal, InvalidOperation
+
     if isinstance(value, int):
         return Decimal(value)
     if isinstance(value, float):
@@ -161,6 +166,8 @@ class ArgConstraint:
 def _shown(value: Any) -> str:
     if isinstance(value, str):
         return value
+    from decimal import Decimal
+
     return str(value) if isinstance(value, Decimal) else json.dumps(value)
 
 

@@ -6,7 +6,6 @@ A leaf: the table and the decorator only. The built-in rules register themselves
 
 from __future__ import annotations
 
-import difflib
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -128,6 +127,8 @@ def get_rule(name: str) -> RuleSpec:
 
 
 def unknown_rule_message(name: object) -> str:
+    import difflib  # only to suggest a name for a typo
+
     close = difflib.get_close_matches(str(name), list(_rules), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return f"unknown rule_type {name!r}{hint} (registered: {', '.join(sorted(_rules))})"

@@ -40,7 +40,6 @@ live, because code is full of ``login(password=password)``, ``if token == "lambd
 
 from __future__ import annotations
 
-import base64
 import binascii
 import functools
 from collections.abc import Collection
@@ -869,6 +868,8 @@ def _decoded_base64(run: str) -> str:
     body = run.rstrip("=").replace("-", "+").replace("_", "/")
     if len(body) % 4 == 1:
         body = body[:-1]
+    import base64  # loads with the first base64 run: most texts have none
+
     try:
         raw = base64.b64decode(body + "=" * (-len(body) % 4))
     except (binascii.Error, ValueError):
@@ -897,6 +898,8 @@ def _base64_blob(text: str) -> str:
     ]
     if not runs:
         return ""
+    import base64
+
     return base64.b64decode(b"AAAA".join(runs)).decode("latin-1")
 
 

@@ -22,9 +22,7 @@ Three rules live here and nowhere else, the same for every framework:
 from __future__ import annotations
 
 import contextvars
-import logging
 import threading
-import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -39,7 +37,7 @@ from charter._model.paths import iter_strings
 from charter._policy.policy import Severity
 from charter._runtime.approval import ApprovalRequest
 from charter._runtime.governor import Governor, StepHandle
-from charter._runtime.internal import report_internal_error
+from charter._runtime.internal import log_debug, report_internal_error
 from charter._runtime.runner import Runner
 from charter._runtime.settings import Settings
 from charter._runtime.steps import Step, message_step, tool_step
@@ -61,7 +59,6 @@ __all__ = [
     "run_task_id",
 ]
 
-logger = logging.getLogger("charter")
 
 CLAIM_KEY = "charter_claim"
 _REASON_MAX = 300
@@ -518,7 +515,7 @@ class Gate:
                 return None
             request = ApprovalRequest(b, result.violations, result.reason, result)
         except Exception as exc:
-            logger.debug("charter: no approval preview for %r: %s", step.name, exc)
+            log_debug("charter: no approval preview for %r: %s", step.name, exc)
             return None
         decided = self._decided(step, task_id, b, request, call_id)
         return decided if isinstance(decided, Pending) else None
@@ -740,6 +737,8 @@ class Gate:
         checkpointer keeps no run count)."""
         task_id = run_task_id(thread_id, run)
         if self.task_state(task_id) != "unknown":
+            import uuid
+
             task_id = task_id_from(f"{task_id}:{uuid.uuid4().hex[:12]}")
         return task_id
 
@@ -776,7 +775,7 @@ class Gate:
                 runner.restore_task(records)
             return self.task_state(task_id)
         except Exception as exc:
-            logger.debug("charter: task %r not restored: %s", task_id, exc)
+            log_debug("charter: task %r not restored: %s", task_id, exc)
             return "unknown"
 
     def resync_task(self, task_id: str) -> bool:
@@ -791,7 +790,7 @@ class Gate:
             if heads is None or heads[0] == heads[1]:
                 return False
         except Exception as exc:
-            logger.debug("charter: task %r head unreadable: %s", task_id, exc)
+            log_debug("charter: task %r head unreadable: %s", task_id, exc)
         runner.forget_task(task_id)
         return True
 

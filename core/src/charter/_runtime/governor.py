@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextvars
 import inspect
-import logging
 import os
 import sys
 import threading
@@ -41,14 +40,13 @@ from charter._policy.capabilities import (
 from charter._policy.policy import Severity
 from charter._policy.rules.capabilities import GrantIndex
 from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
-from charter._runtime.internal import report_internal_error
+from charter._runtime.internal import charter_logger, log_debug, report_internal_error
 from charter._runtime.runner import Runner, derive
 from charter._runtime.settings import Settings, load_grant
 from charter._runtime.writer import ExporterLike
 
 __all__ = ["Governor", "StepHandle", "TaskHandle"]
 
-logger = logging.getLogger("charter")
 
 T = TypeVar("T")
 
@@ -989,7 +987,7 @@ class Governor:
             return self._approver_failed(exc)
 
     def _approver_failed(self, exc: Exception) -> Approval:
-        logger.error("charter: the approver raised; the step is denied", exc_info=exc)
+        charter_logger().error("charter: the approver raised; the step is denied", exc_info=exc)
         return Approval(False, "charter", f"the approver raised {type(exc).__name__}: {exc}")
 
     def _warn(self, b: Behavior, result: EvalResult) -> None:
@@ -1002,7 +1000,7 @@ class Governor:
                 if v.severity in _WARN_SEVERITIES and not v.ask and v.name not in self._warned:
                     self._warned.add(v.name)
                     first.append(v)
-        logger.debug("charter warning: task %s step %r: %s", b.task_id, b.step_name, result.reason)
+        log_debug("charter warning: task %s step %r: %s", b.task_id, b.step_name, result.reason)
         for v in first:
             warnings.warn(
                 PolicyWarning(
@@ -1015,7 +1013,7 @@ class Governor:
     def _incident(self, b: Behavior, reason: str) -> None:
         with self._lock:
             self.incidents += 1
-        logger.warning(
+        charter_logger().warning(
             "charter incident: task %s step %r (%s): %s",
             b.task_id,
             b.step_name,
@@ -1126,6 +1124,6 @@ def _planned(planner: Any, request: str) -> GrantLayer:
             raise TypeError(f"it returned {type(answer).__name__}, not a grant mapping")
         return GrantLayer("planner", Grant.from_document(answer, "planner grant"))
     except Exception as exc:
-        logger.warning("charter: the capability planner failed: %s", exc)
+        charter_logger().warning("charter: the capability planner failed: %s", exc)
         why = f"the planner failed, so it grants nothing: {type(exc).__name__}: {exc}"
         return GrantLayer("planner", Grant.empty(), why[:1000])

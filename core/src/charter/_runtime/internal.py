@@ -9,20 +9,42 @@ decision path are never swallowed into an allow; they become a block (see the ru
 
 from __future__ import annotations
 
-import logging
+import sys
 import threading
-import traceback
 from collections import deque
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import logging
 
 __all__ = [
     "InternalError",
+    "charter_logger",
     "internal_error_count",
+    "log_debug",
     "recent_internal_errors",
     "report_internal_error",
 ]
 
-logger = logging.getLogger("charter")
+
+def charter_logger() -> logging.Logger:
+    """The ``charter`` logger. `logging` (with `traceback` and `string`) loads on the first
+    message: a hook process that logs nothing must not pay for it on every tool call."""
+    import logging
+
+    return logging.getLogger("charter")
+
+
+def log_debug(message: str, *args: object) -> None:
+    """Log `message` % `args` at DEBUG on the ``charter`` logger.
+
+    Until something imports `logging` nothing can have enabled DEBUG (the root logger starts
+    at WARNING and has no handler), so the message is dropped without importing it.
+    """
+    if "logging" in sys.modules:
+        charter_logger().debug(message, *args)
+
 
 _KEEP = 1000
 
@@ -53,6 +75,8 @@ def report_internal_error(exc: BaseException, where: str) -> None:
     global _count
     try:
         kind = (where, type(exc).__name__)
+        import traceback
+
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         with _lock:
             _count += 1
@@ -60,7 +84,7 @@ def report_internal_error(exc: BaseException, where: str) -> None:
             first = kind not in _logged_kinds
             _logged_kinds.add(kind)
         if first:
-            logger.error(
+            charter_logger().error(
                 "charter swallowed an internal error in %s (logged once per kind, counted in "
                 "status): %s: %s",
                 where,
@@ -69,7 +93,7 @@ def report_internal_error(exc: BaseException, where: str) -> None:
                 exc_info=(type(exc), exc, exc.__traceback__),
             )
         else:
-            logger.debug("charter swallowed an internal error in %s: %s: %s", where, kind[1], exc)
+            log_debug("charter swallowed an internal error in %s: %s: %s", where, kind[1], exc)
     except Exception:  # the error reporter itself must never become the failure
         pass
 

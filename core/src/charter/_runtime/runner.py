@@ -25,17 +25,15 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import logging
 import operator
 import threading
 import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from charter._audit.base import INTENT_KEY, AuditStore
-from charter._audit.counters import CounterStore
 from charter._engine.engine import (
     Decision,
     EvalResult,
@@ -54,17 +52,21 @@ from charter._model.behavior import (
 from charter._model.context import EvalContext
 from charter._model.errors import AgentBindingError, AuditError
 from charter._model.identifiers import new_id
-from charter._runtime.checkpoints import Checkpointer
-from charter._runtime.internal import internal_error_count, report_internal_error
+from charter._runtime.internal import charter_logger, internal_error_count, report_internal_error
 from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
 from charter._runtime.shared import SHARED_KEY, Demands, SharedCounts, SharedLimits
 from charter._runtime.sources import PolicySources
 from charter._runtime.writer import AuditWriter, ExporterLike, StepObserver
 
+# Signed checkpoints and shared counters load when a setting asks for them: a process that
+# uses neither (a hook call) never pays for the signing and counter code.
+if TYPE_CHECKING:
+    from charter._audit.counters import CounterStore
+    from charter._runtime.checkpoints import Checkpointer
+
 __all__ = ["Runner"]
 
-logger = logging.getLogger("charter")
 
 _live: weakref.WeakSet[Runner] = weakref.WeakSet()
 _live_lock = threading.Lock()
@@ -473,14 +475,18 @@ class Runner:
             )
         except EvaluationDeadline as late:
             self.evaluation_errors += 1
-            logger.warning("charter: judging %s ran past its deadline (%s)", b.step_name, late)
+            charter_logger().warning(
+                "charter: judging %s ran past its deadline (%s)", b.step_name, late
+            )
             why = (
                 f"judging the step took longer than evaluation_deadline_seconds={limit:g} ({late})"
             )
             return self._failed(b, why, boundary)
         except Exception as exc:  # a Charter bug must become a decision, never a crash
             self.evaluation_errors += 1
-            logger.error("charter: policy evaluation failed on %s", b.step_name, exc_info=exc)
+            charter_logger().error(
+                "charter: policy evaluation failed on %s", b.step_name, exc_info=exc
+            )
             return self._failed(
                 b, f"policy evaluation failed ({type(exc).__name__}: {exc})", boundary
             )
@@ -1036,6 +1042,7 @@ def _checkpointer(settings: Settings, exporters: Sequence[ExporterLike]) -> Chec
         return None
     from charter._audit.checkpoint import CheckpointExporter, JsonlCheckpointFile
     from charter._audit.signing import KeyFileError, load_signing_key
+    from charter._runtime.checkpoints import Checkpointer
 
     try:
         key = load_signing_key(settings.signing_key)

@@ -9,7 +9,6 @@ without touching its code. Every refusal names the setting in both spellings
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import math
 import os
@@ -396,6 +395,8 @@ class Settings:
         unknown = sorted(set(kwargs) - set(_SPECS))
         if unknown:
             name = unknown[0]
+            import difflib  # only to suggest a name for a typo
+
             close = difflib.get_close_matches(name, list(_SPECS), n=1)
             hint = f"; did you mean {close[0]}=?" if close else ""
             raise ValueError(f"unknown setting {name}={hint} (accepted: {', '.join(_SPECS)})")

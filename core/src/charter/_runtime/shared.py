@@ -18,17 +18,20 @@ anything else: the runner blocks it, naming the store and the cause.
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from charter._audit.base import AuditStore
-from charter._audit.counters import Claim, CounterStore, Reservation, SharesCounters, Unit
 from charter._model.behavior import Behavior
 from charter._model.paths import parse_path
 from charter._model.shared import SharedDemand
 from charter._policy.rules._indexes import numbers_at
 from charter._runtime.internal import report_internal_error
+
+# The counters load with the first shared limit: most processes (a hook call among them)
+# never reserve one.
+if TYPE_CHECKING:
+    from charter._audit.counters import CounterStore, Reservation
 
 __all__ = ["SHARED_KEY", "Demands", "SharedCounts", "SharedLimits", "shared_counts"]
 
@@ -95,6 +98,8 @@ class SharedLimits:
             return f"the audit store cannot be opened ({exc})"
         if store is None:
             return "auditing is off (audit_location none), and the counts live in the audit store"
+        from charter._audit.counters import SharesCounters
+
         if isinstance(store, SharesCounters):
             return store.counters()
         return (
@@ -109,6 +114,10 @@ class SharedLimits:
         if isinstance(counters, str):
             self.refused += 1
             return counters
+        import uuid
+
+        from charter._audit.counters import Claim
+
         claims = [Claim(uuid.uuid4().hex, d.key, d.amount, d.window_us) for d, _ in demands]
         now_us = time.time_ns() // 1000
         try:
@@ -125,6 +134,8 @@ class SharedLimits:
         counters = self.counters()
         if isinstance(counters, str):
             return counters
+        from charter._audit.counters import Claim, Reservation
+
         claims = [Claim("", d.key, d.amount, d.window_us) for d, _ in demands]
         now_us = time.time_ns() // 1000
         try:
@@ -145,6 +156,8 @@ class SharedLimits:
         entries = _entries(meta)
         if not entries:
             return
+        from charter._audit.counters import Claim, Unit
+
         keep: list[Unit] = []
         drop: list[str] = []
         at_us = meta.get("at_us") if meta is not None else None

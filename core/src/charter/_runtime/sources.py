@@ -10,7 +10,6 @@ is saved to the cache (when configured) and used at startup when the files canno
 from __future__ import annotations
 
 import json
-import logging
 import os
 import threading
 import time
@@ -23,12 +22,11 @@ from charter._engine.engine import PolicyEngine
 from charter._model.errors import PolicyLoadError
 from charter._policy.manifest import parse_manifest
 from charter._policy.policy import Policy, compile_policies
-from charter._runtime.internal import report_internal_error
+from charter._runtime.internal import charter_logger, report_internal_error
 from charter._runtime.settings import Settings
 
 __all__ = ["PolicySources"]
 
-logger = logging.getLogger("charter")
 
 _CHECK_EVERY = 1.0
 _CACHE_FORMAT = 1
@@ -141,7 +139,7 @@ class PolicySources:
         except _Failure as failure:
             self._kind, self._detail = failure.kind, failure.detail
             kept = "the last good set stays in force" if self._loaded else "no set is in force"
-            logger.warning(
+            charter_logger().warning(
                 "charter: policy reload refused (%s: %s); %s", failure.kind, failure.detail, kept
             )
             return

@@ -29,14 +29,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from charter._audit.base import GAP_KEY, AuditStore, Gap, StoreError
-from charter._audit.checkpoint import CheckpointExporter
 from charter._audit.location import open_store
 from charter._model.behavior import Behavior
-from charter._runtime.checkpoints import Checkpointer
 from charter._runtime.internal import report_internal_error
+
+# Checkpoints (and the signing code under them) load only when a signing key is set.
+if TYPE_CHECKING:
+    from charter._audit.checkpoint import CheckpointExporter
+    from charter._runtime.checkpoints import Checkpointer
 
 __all__ = ["AuditWriter", "Exporter", "StepObserver", "is_high_value"]
 
@@ -93,7 +96,9 @@ class StepObserver(Protocol):
 
 #: What ``exporters=`` takes: record exporters, checkpoint exporters (or objects that are
 #: both), and plain callables taking a batch of records.
-ExporterLike = Exporter | CheckpointExporter | Callable[[Sequence[Mapping[str, Any]]], None]
+ExporterLike: TypeAlias = (
+    "Exporter | CheckpointExporter | Callable[[Sequence[Mapping[str, Any]]], None]"
+)
 
 
 class AuditWriter:

@@ -1,0 +1,112 @@
+"""What a hook process loads: each tool call pays for every module it imports.
+
+A fresh ``charter-claude-hook`` process answers each PreToolUse and PostToolUse while the
+user waits, so what it imports is part of every tool call's latency. These tests run the
+hook's real entry point on a pinned project (as ``charter claude install`` sets it up) and
+check that code only some calls need (signing, verification, shared counters, logging, the
+model-client lifecycle, asyncio, YAML) stays unloaded. They check what is loaded, not how
+long anything takes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+# Loaded on demand only: checkpoints and signing need a signing key, verification a
+# `verify` call, counters a shared limit, logging a message, the model-client lifecycle a
+# model call; a pinned hook parses no YAML.
+NOT_ON_THE_HOOK_PATH = (
+    "asyncio",
+    "charter._audit.checkpoint",
+    "charter._audit.counters",
+    "charter._audit.jsonl",
+    "charter._audit.signing",
+    "charter._audit.sqlite_counters",
+    "charter._audit.stdout",
+    "charter._audit.verify",
+    "charter._runtime.checkpoints",
+    "charter._runtime.models",
+    "charter._runtime.otlp",
+    "charter._server",
+    "decimal",
+    "logging",
+    "random",
+    "secrets",
+    "traceback",
+    "yaml",
+)
+
+# Runs the hook's main() in this process and writes the loaded modules out when it exits
+# (the hook ends with os._exit once its answer is out).
+_RUN = """
+import json, os, sys
+out = sys.argv.pop(1)
+real_exit = os._exit
+def dump(code):
+    with open(out, "w", encoding="utf-8") as f:
+        json.dump(sorted(sys.modules), f)
+    real_exit(code)
+os._exit = dump
+from charter_claude_code._hook import main
+main(sys.argv[1:])
+"""
+
+
+def _loaded(
+    tmp_path: Path, env: dict[str, str], argv: list[str], payload: dict[str, object]
+) -> tuple[dict[str, object], set[str]]:
+    out = tmp_path / f"modules-{payload['hook_event_name']}-{payload['tool_use_id']}.json"
+    argv = [sys.executable, "-c", _RUN, str(out), *argv]
+    done = subprocess.run(
+        argv, input=json.dumps(payload).encode(), capture_output=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    answer = json.loads(done.stdout) if done.stdout.strip() else {}
+    return answer, set(json.loads(out.read_text(encoding="utf-8")))
+
+
+def _event(project: Path, name: str, tool_use_id: str, command: str, **extra: object):
+    return {
+        "hook_event_name": name,
+        "session_id": "imports",
+        "cwd": str(project),
+        "permission_mode": "default",
+        "tool_name": "Bash",
+        "tool_input": {"command": command},
+        "tool_use_id": tool_use_id,
+        **extra,
+    }
+
+
+def test_a_tool_call_loads_only_what_it_uses(
+    tmp_path: Path, project: Path, hook_env: dict[str, str], policy: Path
+) -> None:
+    from charter_claude_code._install import PinOptions, pin_governance
+
+    pin = pin_governance(PinOptions((str(policy),), None, str(project)), hook_env)
+    calls = [
+        ("PreToolUse", _event(project, "PreToolUse", "toolu_1", "ls")),
+        (
+            "PostToolUse",
+            _event(project, "PostToolUse", "toolu_1", "ls", tool_response={"stdout": "a\n"}),
+        ),
+        ("PreToolUse", _event(project, "PreToolUse", "toolu_2", "mkfs.ext4 /dev/sdz")),
+    ]
+    answers = []
+    for event, payload in calls:
+        argv = ["--event", event, "--policy", str(policy), "--pin", pin]
+        answer, modules = _loaded(tmp_path, hook_env, argv, payload)
+        answers.append(answer)
+        # The call really was judged in this process: the engine and the store were used.
+        assert {"charter._engine.engine", "charter._audit.sqlite"} <= modules
+        unexpected = sorted(
+            m
+            for m in modules
+            if any(m == name or m.startswith(name + ".") for name in NOT_ON_THE_HOOK_PATH)
+        )
+        assert unexpected == [], f"{event} {payload['tool_use_id']} loaded {unexpected}"
+    assert answers[0] == {} and answers[1] == {}
+    assert answers[2]["hookSpecificOutput"]["permissionDecision"] == "deny"
