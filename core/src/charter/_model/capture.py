@@ -124,12 +124,20 @@ def _is_loaded(v: object, classes: tuple[tuple[str, str], ...]) -> bool:
     return False
 
 
-@dataclasses.dataclass(slots=True)
 class _Capture:
-    max_string: int | None
-    max_items: int | None
-    max_depth: int | None
-    notes: dict[str, str]
+    __slots__ = ("max_depth", "max_items", "max_string", "notes")
+
+    def __init__(
+        self,
+        max_string: int | None,
+        max_items: int | None,
+        max_depth: int | None,
+        notes: dict[str, str],
+    ) -> None:
+        self.max_string = max_string
+        self.max_items = max_items
+        self.max_depth = max_depth
+        self.notes = notes
 
     def text(self, s: str) -> str:
         if self.max_string is not None and len(s) > self.max_string:

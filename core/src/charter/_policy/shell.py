@@ -40,8 +40,9 @@ from __future__ import annotations
 import functools
 import posixpath
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+from charter._model.frozen import Frozen
 
 __all__ = [
     "CREDENTIAL_PATHS",
@@ -916,16 +917,32 @@ def _parse_text(text: str, depth: int) -> list[Any]:
 # -- analysis ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ShellCommand:
+class ShellCommand(Frozen):
     """One simple command as it will run (after unwrapping).
 
     `argv` is after quote removal; an argument whose value is not known statically keeps its
     expansions as written (``$X``, ``$(…)``) and its index is in `dynamic`. `cwd` is the
     directory it runs in: None for where the line started, else an absolute path, a ``~``
     path, a path relative to the start, or ``?`` when a ``cd`` went somewhere unknown.
+    `stdin_text` is a literal here-document or here-string (not in the view); `fed` is what
+    substitutions in its arguments did (network, decode).
     """
 
+    __slots__ = (
+        "argv",
+        "cwd",
+        "dynamic",
+        "fed",
+        "globs",
+        "pipeline",
+        "position",
+        "program",
+        "redirects",
+        "stdin",
+        "stdin_text",
+        "via",
+        "wrappers",
+    )
     program: str
     argv: tuple[str, ...]
     dynamic: frozenset[int]
@@ -937,21 +954,74 @@ class ShellCommand:
     position: int
     via: str
     stdin: str | None
-    stdin_text: str | None = None  # a literal here-document or here-string (not in the view)
-    fed: frozenset[str] = frozenset()  # what substitutions in its arguments did: network, decode
+    stdin_text: str | None
+    fed: frozenset[str]
+
+    def __init__(
+        self,
+        program: str,
+        argv: tuple[str, ...],
+        dynamic: frozenset[int],
+        globs: frozenset[int],
+        cwd: str | None,
+        redirects: tuple[tuple[str, str], ...],
+        wrappers: tuple[str, ...],
+        pipeline: int,
+        position: int,
+        via: str,
+        stdin: str | None,
+        stdin_text: str | None = None,
+        fed: frozenset[str] = frozenset(),
+    ) -> None:
+        put = object.__setattr__
+        put(self, "program", program)
+        put(self, "argv", argv)
+        put(self, "dynamic", dynamic)
+        put(self, "globs", globs)
+        put(self, "cwd", cwd)
+        put(self, "redirects", redirects)
+        put(self, "wrappers", wrappers)
+        put(self, "pipeline", pipeline)
+        put(self, "position", position)
+        put(self, "via", via)
+        put(self, "stdin", stdin)
+        put(self, "stdin_text", stdin_text)
+        put(self, "fed", fed)
 
 
-@dataclass(frozen=True, slots=True)
-class Analysis:
-    """Everything the view says about one command line (see the module docstring)."""
+class Analysis(Frozen):
+    """Everything the view says about one command line (see the module docstring).
 
+    `deletes` holds (how, target, cwd) triples.
+    """
+
+    __slots__ = ("commands", "credential_reads", "deletes", "flags", "network", "problem", "reads")
     commands: tuple[ShellCommand, ...]
     flags: frozenset[str]
     reads: tuple[str, ...]
     credential_reads: tuple[str, ...]
     network: tuple[str, ...]
-    deletes: tuple[tuple[str, str, str | None], ...]  # (how, target, cwd)
+    deletes: tuple[tuple[str, str, str | None], ...]
     problem: str | None
+
+    def __init__(
+        self,
+        commands: tuple[ShellCommand, ...],
+        flags: frozenset[str],
+        reads: tuple[str, ...],
+        credential_reads: tuple[str, ...],
+        network: tuple[str, ...],
+        deletes: tuple[tuple[str, str, str | None], ...],
+        problem: str | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "commands", commands)
+        put(self, "flags", flags)
+        put(self, "reads", reads)
+        put(self, "credential_reads", credential_reads)
+        put(self, "network", network)
+        put(self, "deletes", deletes)
+        put(self, "problem", problem)
 
     def view(self) -> dict[str, Any]:
         """The I-JSON view stored at ``properties.exec.shell``."""

@@ -25,6 +25,7 @@ from charter._engine.engine import Decision, EvalResult
 from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
 from charter._model.capture import capture, capture_noted
 from charter._model.errors import BlockedError, PolicyWarning
+from charter._model.frozen import Frozen
 from charter._model.identifiers import new_id, step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
 from charter._model.paths import iter_strings
@@ -98,23 +99,36 @@ class TaskHandle:
     name: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Call:
+class _Call(Frozen):
+    __slots__ = ("args", "fn")
     fn: Callable[..., Any]
     args: tuple[Any, ...]
 
+    def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "args", args)
 
-@dataclass(frozen=True, slots=True)
-class _Ask:
+
+class _Ask(Frozen):
+    __slots__ = ("request",)
     request: ApprovalRequest
 
+    def __init__(self, request: ApprovalRequest) -> None:
+        object.__setattr__(self, "request", request)
 
-@dataclass(frozen=True, slots=True)
-class _Gate:
+
+class _Gate(Frozen):
+    __slots__ = ("approved", "by", "seq", "why")
     approved: bool
     by: str
     why: str
     seq: int | None
+
+    def __init__(self, approved: bool, by: str, why: str, seq: int | None) -> None:
+        object.__setattr__(self, "approved", approved)
+        object.__setattr__(self, "by", by)
+        object.__setattr__(self, "why", why)
+        object.__setattr__(self, "seq", seq)
 
 
 _Flow = Generator[_Call | _Ask, Any, EvalResult]

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from charter._audit.url import display_location
+from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
 from charter._policy.capabilities import Grant, GrantError
 from charter._policy.policy import Policy
@@ -258,10 +259,14 @@ def _headers(value: Any) -> tuple[tuple[str, str], ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
-class _Spec:
+class _Spec(Frozen):
+    __slots__ = ("meaning", "parse")
     parse: Callable[[Any], Any]
     meaning: str
+
+    def __init__(self, parse: Callable[[Any], Any], meaning: str) -> None:
+        object.__setattr__(self, "parse", parse)
+        object.__setattr__(self, "meaning", meaning)
 
 
 _SPECS: dict[str, _Spec] = {

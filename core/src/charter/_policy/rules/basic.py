@@ -6,11 +6,11 @@ import fnmatch
 import operator
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
+from charter._model.frozen import Frozen
 from charter._model.paths import FieldPath, iter_strings
 from charter._policy.regex import compile_re2, search_function
 from charter._policy.registry import Violation, rule
@@ -38,10 +38,14 @@ def deny(view: Behavior, reason: str, ctx: RuleContext) -> Verdict:
     return Violation(reason)
 
 
-@dataclass(frozen=True, slots=True)
-class _AllowOnly:
+class _AllowOnly(Frozen):
+    __slots__ = ("listed", "pattern")
     pattern: re.Pattern[str] | None
     listed: tuple[str, ...] | None
+
+    def __init__(self, pattern: re.Pattern[str] | None, listed: tuple[str, ...] | None) -> None:
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "listed", listed)
 
 
 def _prepare_allow_only(params: dict[str, Any]) -> _AllowOnly:
@@ -79,14 +83,30 @@ def allow_only(view: Behavior, p: _AllowOnly, ctx: RuleContext) -> Verdict:
     return Violation(f"{view.step_name!r} is not among the agent's declared tools")
 
 
-@dataclass(frozen=True, slots=True)
-class _Matches:
+class _Matches(Frozen):
+    __slots__ = ("comply_if_missing", "forbid", "ignore_case", "path", "pattern", "search")
     path: FieldPath
     search: Callable[[str], bool]
     pattern: str
     forbid: bool
     comply_if_missing: bool
-    ignore_case: bool = False
+    ignore_case: bool
+
+    def __init__(
+        self,
+        path: FieldPath,
+        search: Callable[[str], bool],
+        pattern: str,
+        forbid: bool,
+        comply_if_missing: bool,
+        ignore_case: bool = False,
+    ) -> None:
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "search", search)
+        object.__setattr__(self, "pattern", pattern)
+        object.__setattr__(self, "forbid", forbid)
+        object.__setattr__(self, "comply_if_missing", comply_if_missing)
+        object.__setattr__(self, "ignore_case", ignore_case)
 
 
 def _prepare_matches(params: dict[str, Any]) -> _Matches:
@@ -147,12 +167,24 @@ def _short(pattern: str) -> str:
     return pattern if len(pattern) <= 60 else pattern[:57] + "..."
 
 
-@dataclass(frozen=True, slots=True)
-class _Membership:
+class _Membership(Frozen):
+    __slots__ = ("comply_if_missing", "fold", "path", "values")
     path: FieldPath
     values: frozenset[Any]
     fold: bool
     comply_if_missing: bool
+
+    def __init__(
+        self,
+        path: FieldPath,
+        values: frozenset[Any],
+        fold: bool,
+        comply_if_missing: bool,
+    ) -> None:
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "values", values)
+        object.__setattr__(self, "fold", fold)
+        object.__setattr__(self, "comply_if_missing", comply_if_missing)
 
 
 def _norm(value: Any, fold: bool) -> Any:
@@ -239,13 +271,27 @@ _OPS: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class _Compare:
+class _Compare(Frozen):
+    __slots__ = ("comply_if_missing", "fn", "op", "path", "value")
     path: FieldPath
     op: str
     fn: Callable[[Any, Any], bool]
     value: float
     comply_if_missing: bool
+
+    def __init__(
+        self,
+        path: FieldPath,
+        op: str,
+        fn: Callable[[Any, Any], bool],
+        value: float,
+        comply_if_missing: bool,
+    ) -> None:
+        object.__setattr__(self, "path", path)
+        object.__setattr__(self, "op", op)
+        object.__setattr__(self, "fn", fn)
+        object.__setattr__(self, "value", value)
+        object.__setattr__(self, "comply_if_missing", comply_if_missing)
 
 
 def _prepare_compare(params: dict[str, Any]) -> _Compare:
