@@ -17,7 +17,7 @@ from pathlib import Path
 
 # Loaded on demand only: checkpoints and signing need a signing key, verification a
 # `verify` call, counters a shared limit, logging a message, the model-client lifecycle a
-# model call; a pinned hook parses no YAML.
+# model call; a pinned hook reads no manifest and parses no YAML.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -27,6 +27,7 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._audit.sqlite_counters",
     "charter._audit.stdout",
     "charter._audit.verify",
+    "charter._policy.manifest",
     "charter._runtime.checkpoints",
     "charter._runtime.models",
     "charter._runtime.otlp",

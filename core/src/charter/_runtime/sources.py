@@ -20,7 +20,6 @@ from typing import Any
 
 from charter._engine.engine import PolicyEngine
 from charter._model.errors import PolicyLoadError
-from charter._policy.manifest import parse_manifest
 from charter._policy.policy import Policy, compile_policies
 from charter._runtime.internal import charter_logger, report_internal_error
 from charter._runtime.settings import Settings
@@ -158,6 +157,10 @@ class PolicySources:
             except OSError as exc:
                 unreadable.append(f"{source}: cannot be read ({exc.strerror or exc})")
                 continue
+            # The manifest loader loads with the first file: a runner given its policies
+            # (a hook call's pinned set) never reads one.
+            from charter._policy.manifest import parse_manifest
+
             result = parse_manifest(data, source=source)
             problems.extend(result.error_lines())
             monitor = monitor and result.enforcement == "monitor"
