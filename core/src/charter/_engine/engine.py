@@ -19,6 +19,7 @@ from charter._model.behavior import CLOSING_KINDS, ActionKind, Behavior
 from charter._model.capture import LOST_MARKS, is_lost
 from charter._model.context import EvalContext, RuleContext
 from charter._model.errors import AgentBindingError, PolicyLoadError, TaskClosedError
+from charter._model.frozen import Frozen
 from charter._model.history import TaskHistory
 from charter._model.paths import FieldPath
 from charter._model.shared import SharedDemand
@@ -141,16 +142,33 @@ class LoadReport:
     source: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Checkpoint:
+class Checkpoint(Frozen):
     """A task's state as `PolicyEngine.checkpoint` saw it (opaque to callers)."""
 
+    __slots__ = ("closing", "last_seq", "open_intents", "steps", "task", "task_id")
     task_id: str
     task: TaskHistory | None
     steps: int
     last_seq: int
     closing: bool
     open_intents: dict[str, Behavior]
+
+    def __init__(
+        self,
+        task_id: str,
+        task: TaskHistory | None,
+        steps: int,
+        last_seq: int,
+        closing: bool,
+        open_intents: dict[str, Behavior],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "task_id", task_id)
+        put(self, "task", task)
+        put(self, "steps", steps)
+        put(self, "last_seq", last_seq)
+        put(self, "closing", closing)
+        put(self, "open_intents", open_intents)
 
 
 def _aggregate(results: list[PolicyResult]) -> tuple[Decision, float, str]:
