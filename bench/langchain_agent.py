@@ -54,6 +54,11 @@ class PassThrough(AgentMiddleware):  # type: ignore[type-arg]
     def after_agent(self, state: Any, runtime: Any) -> None:
         return None
 
+    def after_model(self, state: Any, runtime: Any) -> None:
+        # CharterMiddleware reviews each model turn's tool calls here: LangGraph runs one
+        # more node per turn for it, which is the framework's cost of the hook.
+        return None
+
     def wrap_model_call(self, request: Any, handler: Any) -> Any:
         return handler(request)
 

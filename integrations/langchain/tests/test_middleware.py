@@ -445,3 +445,42 @@ def test_a_message_changed_in_place_between_model_calls_is_judged_on_its_new_con
     assert first["input"]["messages"][0]["content"] == "a harmless question"
     assert second["input"]["messages"][0]["content"] == "now DROP TABLE users"
     audit.verify()
+
+
+class _RewritesToolCalls(AgentMiddleware):  # type: ignore[type-arg]
+    """An outer middleware that changes each tool call after the turn's review saw it."""
+
+    def __init__(self, how: str) -> None:
+        super().__init__()
+        self.how = how
+
+    def wrap_tool_call(self, request: Any, handler: Any) -> Any:
+        if self.how == "in place":
+            request.tool_call["args"]["city"] = "Atlantis"
+            return handler(request)
+        call = {**request.tool_call, "args": {"city": "Atlantis"}}
+        return handler(request.override(tool_call=call))
+
+
+@pytest.mark.parametrize("how", ["in place", "replaced"])
+def test_a_tool_call_changed_after_the_turns_review_is_judged_as_it_runs(
+    h: Any, make_governor: Any, tools: dict[str, Any], ran: Counter[str], how: str
+) -> None:
+    no_atlantis = {
+        "name": "no-atlantis",
+        "rule_type": "field_matches",
+        "severity": "critical",
+        "match": {"step_names": ["get_weather"]},
+        "params": {"field": "input.city", "pattern": "Atlantis"},
+    }
+    # A policy that can ask makes the turn's review build every call's step first.
+    gov, audit = make_governor([h.ask("ask-emails", step_names=["send_email"]), no_atlantis])
+    model = h.scripted(h.ai(h.call("get_weather", city="Oslo")), h.ai(text="done"))
+    middleware = [_RewritesToolCalls(how), CharterMiddleware(gov)]
+    agent = create_agent(model, [tools["get_weather"]], middleware=middleware)
+    result = _run(agent)
+    assert ran["get_weather"] == 0
+    assert "blocked by policy 'no-atlantis'" in result["messages"][2].content
+    (step,) = audit.steps("step.resource")
+    assert step["input"] == {"city": "Atlantis"} and audit.outcome(step) == "blocked"
+    audit.verify()

@@ -114,6 +114,9 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self._tools: dict[str, Any] = {}
         # Tool calls a reviewer replaced, by call id: the tool result tells the model so.
         self._edited: dict[str, ci.Step] = {}
+        # The steps the turn's review built, by call id, with a copy of the call they were
+        # built from: the call's own gating reuses one only while the call is unchanged.
+        self._reviewed: dict[str, tuple[Any, ci.Step]] = {}
 
     # -- the task -----------------------------------------------------------------------------
 
@@ -192,13 +195,19 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if self.approval != "interrupt" or not task_id or not calls or not self._gate.asks:
             return None
         self._gate.resume_task(task_id)
-        pending = [
-            p
-            for p in (
-                self._gate.pending(self._tool_step(c), task_id, call_id=_id(c)) for c in calls
-            )
-            if p is not None
-        ]
+        reviewed: dict[str, tuple[Any, ci.Step]] = {}
+        pending = []
+        for c in calls:
+            step = self._tool_step(c)
+            call_id = _id(c)
+            plain = _plain_copy(c)
+            if call_id is not None and plain is not _NOT_PLAIN:
+                reviewed[call_id] = (plain, step)
+            found = self._gate.pending(step, task_id, call_id=call_id)
+            if found is not None:
+                pending.append(found)
+        # Only this turn's calls: a call of an earlier turn that never ran is not kept.
+        self._reviewed = reviewed
         if not pending:
             return None
         # The first time through this raises GraphInterrupt and the run pauses; when the
@@ -346,6 +355,17 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             call_id=_id(call),
         )
 
+    def _reviewed_step(self, call: Mapping[str, Any]) -> ci.Step | None:
+        """The step the turn's review built for `call` when the call is still exactly the
+        one it was built from (same id, name and arguments, plain JSON values compared by
+        value), else None: anything a later middleware changed is mapped afresh."""
+        call_id = _id(call)
+        found = self._reviewed.pop(call_id, None) if call_id is not None else None
+        if found is None:
+            return None
+        plain, step = found
+        return step if plain == _plain_copy(call) else None
+
     def _tool_admission(self, request: Any) -> tuple[str | None, ci.Step | ci.Decision]:
         """(task id, the tool call to decide, or the decision when it cannot be judged)."""
         task_id = _get(request.state, _TASK_KEY)
@@ -354,7 +374,9 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
             return None, ci.Blocked(ci.Step("step.unknown", None, name), _NO_TASK, None)
         self._gate.resume_task(task_id)
         try:
-            return task_id, self._tool_step(request.tool_call)
+            return task_id, self._reviewed_step(request.tool_call) or self._tool_step(
+                request.tool_call
+            )
         except Exception as exc:
             return task_id, self._gate.undecided(ci.Step("step.unknown", None, name), exc)
 
@@ -442,6 +464,31 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         if isinstance(content, str):
             return result.model_copy(update={"content": f"{note}\n{content}" if content else note})
         return result
+
+
+_NOT_PLAIN: Any = object()
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of `value` when it is made of dicts, lists and JSON scalars only (so
+    comparing it later by value tells whether anything changed, in place or not), else
+    `_NOT_PLAIN`."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if kind is dict:
+        out = {}
+        for k, v in value.items():
+            got = _plain_copy(v)
+            if got is _NOT_PLAIN or type(k) is not str:
+                return _NOT_PLAIN
+            out[k] = got
+        return out
+    if kind is list:
+        items = [_plain_copy(v) for v in value]
+        return _NOT_PLAIN if any(v is _NOT_PLAIN for v in items) else items
+    return _NOT_PLAIN
 
 
 def _get(state: Any, key: str) -> Any:
