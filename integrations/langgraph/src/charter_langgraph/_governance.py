@@ -377,9 +377,14 @@ class Governance:
             if answer.kind == "edit" and p.call_id is not None:
                 state.edits[p.call_id] = (step.name, dict(step.input))
 
+    def _asks_here(self, state: TaskState, key: str) -> bool:
+        """Whether the node at `key` may have to ask: this run can pause, and a loaded
+        policy can ask or the path asked on an earlier run (its resume value is due)."""
+        return state.pauses and (key in state.asked or self.gate.asks)
+
     def _pause_for(self, state: TaskState, key: str, steps: Sequence[Step]) -> None:
         """Ask about the steps a policy asks about (when this run can pause)."""
-        if not state.pauses:
+        if not self._asks_here(state, key):
             return
         pending = [p for s in steps if (p := self.gate.pending(s, state.task_id)) is not None]
         if pending or key in state.asked:
@@ -491,6 +496,9 @@ class Governance:
         state = self._state(config)
         if state is None:
             return nullcontext()
+        if not self._asks_here(state, _path(config, name)):
+            # Nothing to ask about: each call is mapped and judged when it runs.
+            return self._claim("node", None, name, state)
         try:
             calls, _ = inner._parse_input(input)
         except Exception:  # the ToolNode reports a bad input itself, with its own message
