@@ -9,7 +9,7 @@ own names (agent role, task, crew) under ``properties.framework.*``.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from charter.integration import (
@@ -158,11 +158,17 @@ def _is_assistant(m: Any) -> bool:
     return isinstance(m, Mapping) and str(m.get("role")) == "assistant"
 
 
-def _splits(m: Any) -> int:
-    """1 when `messages` converts raw message `m` into two (a ReAct turn with its
-    ``Observation:``), else 0."""
-    content = m.get("content") if _is_assistant(m) else None
-    return 1 if isinstance(content, str) and _OBSERVATION in content else 0
+def _count(raw: Sequence[Any]) -> int:
+    """How many messages `messages` converts `raw` into, without converting them: one per
+    message, two for a ReAct turn with its ``Observation:``. One plain loop: a long run
+    counts every earlier message on each model call."""
+    count = len(raw)
+    for m in raw:
+        if isinstance(m, Mapping) and str(m.get("role")) == "assistant":
+            content = m.get("content")
+            if isinstance(content, str) and _OBSERVATION in content:
+                count += 1
+    return count
 
 
 def model_step(gate: Gate, ctx: Any) -> Step:
@@ -190,7 +196,7 @@ def model_step(gate: Gate, ctx: Any) -> Step:
         gate.framework,
         model,
         recent,
-        message_count=len(recent) + sum(1 + _splits(m) for m in raw[:start]),
+        message_count=len(recent) + _count(raw[:start]),
         provider=text(getattr(llm, "provider", None)),
         params=params,
         tools=tools,
