@@ -694,7 +694,7 @@ class Governance:
             if entry.handle is None or entry.handle.settled is not None:
                 return
             messages = getattr(entry.key, "messages", entry.key)
-            later = list(messages)[entry.count :] if isinstance(messages, list) else []
+            later = messages[entry.count :] if isinstance(messages, list) else []
             calls = tr.tool_calls_in(later)
             if calls:
                 self._complete_model(entry, {"tool_calls": calls})
