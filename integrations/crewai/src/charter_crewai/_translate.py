@@ -164,7 +164,7 @@ def _count(raw: Sequence[Any]) -> int:
     counts every earlier message on each model call."""
     count = len(raw)
     for m in raw:
-        if isinstance(m, Mapping) and str(m.get("role")) == "assistant":
+        if (type(m) is dict or isinstance(m, Mapping)) and str(m.get("role")) == "assistant":
             content = m.get("content")
             if isinstance(content, str) and _OBSERVATION in content:
                 count += 1
