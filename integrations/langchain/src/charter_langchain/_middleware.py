@@ -111,7 +111,6 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
         self.governor: charter.Governor = self._gate.governor
         self.on_block = on_block
         self.approval = approval
-        self._tools: dict[str, Any] = {}
         # Tool calls a reviewer replaced, by call id: the tool result tells the model so.
         self._edited: dict[str, ci.Step] = {}
         # The steps the turn's review built, by call id, with a copy of the call they were
@@ -278,9 +277,6 @@ class CharterMiddleware(AgentMiddleware):  # type: ignore[type-arg]
     # -- model calls --------------------------------------------------------------------------
 
     def _model_step(self, request: Any) -> ci.Step:
-        for tool in request.tools or ():
-            if isinstance(getattr(tool, "name", None), str):
-                self._tools[tool.name] = tool
         name, provider = model_identity(request.model)
         messages = list(request.messages)
         system = getattr(request, "system_message", None)
