@@ -11,18 +11,19 @@ when no recorded payload was redacted. A record that is not I-JSON
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from charter import Behavior, Runner, Settings, StoreError
+from charter import Behavior, PolicyEngine, Runner, Settings, StoreError
 from charter.integration import Blocked, Gate
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from .test_history_replay import CTX, POLICIES, T0, _Driver, steps
+from .test_history_replay import CTX, POLICIES, T0, _Driver, _fresh, steps
 
 
 def _runner(db: Path) -> Runner:
@@ -86,6 +87,132 @@ def test_a_restored_task_judges_as_the_live_one(
             live.close()
             full.close()
             gate.governor.close(5.0)
+
+
+def _same_judgement(engines: list[PolicyEngine], driver: _Driver, probes: list[Any]) -> None:
+    for spec in probes:
+        candidate = driver.behavior(spec)
+        want = engines[0].evaluate(candidate, CTX)
+        for other in engines[1:]:
+            got = other.evaluate(candidate, CTX)
+            assert got.decision == want.decision
+            assert got.results == want.results
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    recorded=st.lists(steps(), min_size=1, max_size=20),
+    warm=st.lists(steps(), max_size=6),
+    later=st.lists(steps(), max_size=6),
+    undo=st.one_of(st.none(), steps()),
+    probes=st.lists(steps(), min_size=1, max_size=8),
+)
+def test_an_adopted_export_judges_as_the_live_engine(
+    recorded: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    later: list[dict[str, Any]],
+    undo: dict[str, Any] | None,
+    probes: list[dict[str, Any]],
+) -> None:
+    """An engine that adopts another's exported history (through JSON, steps behind a
+    loader) judges like it, also after more steps and after a rolled-back one; and so does
+    an engine that adopts the adopter's own export."""
+    live = _fresh([])
+    driver = _Driver()
+    for spec in recorded:
+        b = driver.behavior(spec)
+        live.record(b.completed(driver.output(spec), outcome=spec["outcome"]))
+    for spec in warm:  # builds some indexes (those their policies ask for), not all
+        live.evaluate(driver.behavior(spec), CTX)
+    exported = live.export_task("t1")
+    assert exported is not None
+    state = json.loads(json.dumps(exported))
+    covered = state["steps"]
+    loads: list[int] = []
+
+    def earlier() -> list[Behavior]:
+        loads.append(covered)
+        return list(live.get_history("t1"))[:covered]
+
+    copy = PolicyEngine(POLICIES)
+    copy.adopt_task(state, earlier)
+    for spec in later:
+        b = driver.behavior(spec).completed(driver.output(spec), outcome=spec["outcome"])
+        assert live.record(b) == copy.record(b)
+    if undo is not None:
+        mark = copy.checkpoint("t1")
+        copy.record(driver.behavior(undo).completed(driver.output(undo)))
+        copy.rollback(mark)
+    again = copy.export_task("t1")
+    assert again is not None
+    third = PolicyEngine(POLICIES)
+    third.adopt_task(json.loads(json.dumps(again)), lambda: list(live.get_history("t1")))
+    _same_judgement([live, copy, third], driver, probes)
+    assert copy.next_seq("t1") == live.next_seq("t1") == third.next_seq("t1")
+    assert copy.get_history("t1") == live.get_history("t1")
+
+
+def test_an_adopted_export_loads_no_step_when_its_indexes_were_saved() -> None:
+    live = _fresh([])
+    driver = _Driver()
+    specs = [
+        {"kind": k, "verb": v, "name": n, "input": 1, "dt": 1, "outcome": "ok"}
+        | {"trust": None, "tokens": 5}
+        for k, v, n in [
+            ("step.message", "GET", "user_message"),
+            ("step.model", None, "llm"),
+            ("step.resource", "POST", "pay"),
+            ("step.exec", None, "run"),
+        ]
+    ]
+    for spec in specs:
+        live.record(driver.behavior(spec).completed(driver.output(spec)))
+    for spec in specs:  # every policy asks for its index
+        live.evaluate(driver.behavior(spec), CTX)
+    state = json.loads(json.dumps(live.export_task("t1")))
+
+    def earlier() -> list[Behavior]:
+        raise AssertionError("the steps were loaded")
+
+    copy = PolicyEngine(POLICIES)
+    copy.adopt_task(state, earlier)
+    _same_judgement([live, copy], driver, specs)
+    b = driver.behavior(specs[2]).completed(driver.output(specs[2]))
+    assert copy.record(b) == live.record(b)
+    _same_judgement([live, copy], driver, specs)
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda s: s.update(steps=0),
+        lambda s: s.update(last_seq="9"),
+        lambda s: s.update(action_ids=[1]),
+        lambda s: s.pop("indexes"),
+        lambda s: s["indexes"].update({"k": [1, 2]}),
+    ],
+)
+def test_a_malformed_export_is_refused(change: Any) -> None:
+    live = _fresh([])
+    state = json.loads(json.dumps(live.export_task("t1")))
+    change(state)
+    with pytest.raises(ValueError, match="not a saved task history"):
+        PolicyEngine(POLICIES).adopt_task(state, list)
+
+
+def test_a_saved_index_that_does_not_load_is_rebuilt_from_the_steps() -> None:
+    live = _fresh([])
+    driver = _Driver()
+    spec = {"kind": "step.resource", "verb": "POST", "name": "pay", "input": 1, "dt": 1}
+    spec |= {"outcome": "ok", "trust": None, "tokens": None}
+    live.record(driver.behavior(spec).completed(driver.output(spec)))
+    live.evaluate(driver.behavior(spec), CTX)
+    state = json.loads(json.dumps(live.export_task("t1")))
+    for value in state["indexes"].values():
+        value[1] = {"broken": True}
+    copy = PolicyEngine(POLICIES)
+    copy.adopt_task(state, lambda: list(live.get_history("t1")))
+    _same_judgement([live, copy], driver, [spec, spec])
 
 
 @pytest.mark.allow_internal_errors  # deciding in a task that could not be restored

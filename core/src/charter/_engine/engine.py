@@ -686,7 +686,7 @@ class PolicyEngine:
             if task is None:
                 return Checkpoint(task_id, None, 0, 0, False, {})
             return Checkpoint(
-                task_id, task, len(task.steps), task.last_seq, task.closing, dict(task.open_intents)
+                task_id, task, len(task), task.last_seq, task.closing, dict(task.open_intents)
             )
 
     def rollback(self, checkpoint: Checkpoint) -> None:
@@ -703,9 +703,7 @@ class PolicyEngine:
                 if checkpoint.task is None:
                     del self._tasks[tid]
                 return
-            undone = task.steps[checkpoint.steps :]
-            rebuilt = TaskHistory(tid)
-            rebuilt.steps = task.steps[: checkpoint.steps]
+            rebuilt, undone = task.split(checkpoint.steps)
             rebuilt.last_seq = checkpoint.last_seq
             rebuilt.closing = checkpoint.closing
             rebuilt.action_ids = task.action_ids
@@ -725,6 +723,66 @@ class PolicyEngine:
         ended): another process has appended to its chain, and it is to be restored anew."""
         with self._lock:
             self._tasks.pop(task_id, None)
+
+    def export_task(self, task_id: str) -> dict[str, Any] | None:
+        """The history of an open task as plain JSON, for `adopt_task` in another process:
+        its recorded step count, last seq, the action ids of its recorded steps and the state
+        of every index that can export one (see `TaskHistory.export_indexes`); not its steps
+        or open intents. None for a task that is not open here."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None or task.closing or self._agent_id is None:
+                return None
+            return {
+                "agent_id": self._agent_id,
+                "task_id": task_id,
+                "steps": len(task),
+                "last_seq": task.last_seq,
+                "action_ids": sorted(task.action_ids - task.open_intents.keys()),
+                "indexes": {k: list(v) for k, v in task.export_indexes().items()},
+            }
+
+    def adopt_task(self, state: Mapping[str, Any], earlier: Callable[[], list[Behavior]]) -> None:
+        """Make the task `export_task` gave `state` for open here, with no open intents; its
+        steps are loaded by `earlier` the first time a rule or a caller needs them (see
+        `TaskHistory.restored`), and judging it is the same as judging a task rebuilt by
+        recording those steps. Refuses (ValueError) a malformed state, a task already active
+        here or ended, and (AgentBindingError) another agent's task."""
+        try:
+            tid = state["task_id"]
+            agent_id = state["agent_id"]
+            steps = state["steps"]
+            last_seq = state["last_seq"]
+            ids = state["action_ids"]
+            raw = state["indexes"]
+            if not (
+                type(tid) is str
+                and type(agent_id) is str
+                and type(steps) is int
+                and steps > 0
+                and type(last_seq) is int
+                and last_seq >= steps
+                and type(ids) is list
+                and all(type(i) is str for i in ids)
+                and type(raw) is dict
+            ):
+                raise TypeError("a field has the wrong type")
+            indexes: dict[str, tuple[str, Any]] = {}
+            for key, value in raw.items():
+                kind, saved = value
+                if type(kind) is not str:
+                    raise TypeError("an index type is not a string")
+                indexes[key] = (kind, saved)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a saved task history: {exc}") from None
+        with self._lock:
+            self._bind(agent_id)
+            if tid in self._tasks or tid in self._closed:
+                raise ValueError(f"task {tid!r} is already active or ended here")
+            task = TaskHistory.restored(tid, indexes, steps, earlier)
+            task.last_seq = last_seq
+            task.action_ids = set(ids)
+            self._tasks[tid] = task
 
     def active_tasks(self) -> tuple[str, ...]:
         with self._lock:

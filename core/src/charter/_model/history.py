@@ -8,7 +8,7 @@ from the same steps in the same order, it can never drift from the history.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from charter._model.behavior import Behavior
@@ -17,7 +17,13 @@ __all__ = ["HistoryIndex", "TaskHistory"]
 
 
 class HistoryIndex(Protocol):
-    """Anything with ``add(step)``: called once per recorded step, in seq order."""
+    """Anything with ``add(step)``: called once per recorded step, in seq order.
+
+    An index may also offer ``export_state()`` (its state as plain JSON: lists, strings,
+    numbers, null) and ``load_state(state)`` (take back what `export_state` gave, raising
+    ValueError or TypeError on anything else), so a history can be saved and restored
+    without replaying its steps (`TaskHistory.export_indexes`, `TaskHistory.restored`).
+    """
 
     def add(self, step: Behavior) -> None: ...
 
@@ -30,47 +36,170 @@ class TaskHistory:
 
     Rules read `steps` (recorded, in seq order, including blocked/failed/abandoned ones: check
     ``step.outcome``), `open_intents` (allowed but not yet recorded) and `index`.
+
+    A history restored from saved index states (`restored`) holds the steps those states cover
+    behind a loader: they are fetched the first time `steps` is read or an index is asked for
+    whose state was not saved, and never otherwise. The loader is the caller's (the runtime
+    reads its store there); the history itself does no I/O.
     """
 
     __slots__ = (
+        "_count",
+        "_earlier",
         "_indexes",
+        "_saved",
+        "_saved_len",
+        "_steps",
         "action_ids",
         "closing",
         "last_seq",
         "open_intents",
-        "steps",
         "task_id",
     )
 
     def __init__(self, task_id: str) -> None:
         self.task_id = task_id
-        self.steps: list[Behavior] = []
+        self._steps: list[Behavior] = []
         self.open_intents: dict[str, Behavior] = {}
         self.action_ids: set[str] = set()
         self.last_seq = 0
         self.closing = False
         self._indexes: dict[Any, HistoryIndex] = {}
+        # Saved index states (by key, with the index's type name) covering the first
+        # `_saved_len` steps; the steps after them are in `_steps`.
+        self._saved: dict[str, tuple[str, Any]] = {}
+        self._saved_len = 0
+        # The loader of the first `_count` steps while they are not loaded (see `restored`).
+        self._earlier: Callable[[], list[Behavior]] | None = None
+        self._count = 0
+
+    @classmethod
+    def restored(
+        cls,
+        task_id: str,
+        indexes: Mapping[str, tuple[str, Any]],
+        steps: int,
+        earlier: Callable[[], list[Behavior]],
+    ) -> TaskHistory:
+        """A history of `steps` recorded steps whose indexes are `indexes` (what
+        `export_indexes` gave for those steps) and whose steps `earlier` returns when first
+        needed. The caller sets `last_seq`, `action_ids` and `closing` as they were.
+        `earlier` must return exactly those steps, in seq order; one that returns another
+        number of steps makes `steps` raise (ValueError)."""
+        history = cls(task_id)
+        history._saved = dict(indexes)
+        history._saved_len = steps
+        history._earlier = earlier
+        history._count = steps
+        return history
+
+    @property
+    def steps(self) -> list[Behavior]:
+        if self._earlier is not None:
+            self._load()
+        return self._steps
+
+    @steps.setter
+    def steps(self, value: list[Behavior]) -> None:
+        self._steps = value
+        self._earlier = None
+        self._count = 0
+
+    @property
+    def steps_loaded(self) -> bool:
+        """Whether the steps are in memory (False for a restored history not read yet)."""
+        return self._earlier is None
+
+    def _load(self) -> None:
+        earlier = self._earlier
+        assert earlier is not None
+        loaded = list(earlier())
+        if len(loaded) != self._count:
+            raise ValueError(
+                f"task {self.task_id!r}: {len(loaded)} earlier steps were loaded, "
+                f"{self._count} were expected"
+            )
+        self._steps = loaded + self._steps
+        self._earlier = None
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self.steps)
+        return self._count + len(self._steps)
 
     def index(self, key: Any, factory: Callable[[], IndexT]) -> IndexT:
         """The index stored under `key`, built by `factory` and replayed on first request.
 
         `key` must identify everything the index depends on (e.g. the rule name and its
-        selector), so that two policies with the same parameters share one index.
+        selector), so that two policies with the same parameters share one index. A saved
+        state under `key` (see `restored`) is loaded instead of replaying the steps it covers
+        when it is of the index's type and loads; otherwise the steps are replayed.
         """
         idx = self._indexes.get(key)
-        if idx is None:
+        if idx is not None:
+            return idx  # type: ignore[return-value]
+        built = factory()
+        saved = self._saved.get(key) if type(key) is str else None
+        if saved is not None and self._load_saved(built, saved):
+            covered = self._saved_len
+            tail = self._steps if self._earlier is not None else self._steps[covered:]
+            for step in tail:
+                built.add(step)
+        else:
             built = factory()
             for step in self.steps:
                 built.add(step)
-            self._indexes[key] = built
-            return built
-        return idx  # type: ignore[return-value]
+        self._indexes[key] = built
+        return built
+
+    @staticmethod
+    def _load_saved(built: HistoryIndex, saved: tuple[str, Any]) -> bool:
+        kind, state = saved
+        load = getattr(built, "load_state", None)
+        if type(built).__name__ != kind or load is None:
+            return False
+        try:
+            load(state)
+        except (ValueError, TypeError, KeyError):
+            return False
+        return True
+
+    def export_indexes(self) -> dict[str, tuple[str, Any]]:
+        """The state of every index that can export one and is stored under a string key,
+        with its type name, covering the steps recorded so far: what `restored` takes. Saved
+        states not asked for since a restore are carried over only while no step has been
+        recorded since (they cover fewer steps otherwise)."""
+        out: dict[str, tuple[str, Any]] = {}
+        if len(self) == self._saved_len:
+            out.update(self._saved)
+        for key, idx in self._indexes.items():
+            export = getattr(idx, "export_state", None)
+            if type(key) is str and export is not None:
+                out[key] = (type(idx).__name__, export())
+        return out
+
+    def split(self, n: int) -> tuple[TaskHistory, list[Behavior]]:
+        """A new history of the first `n` steps (no open intents, ids, seq or indexes: the
+        caller sets them) and the steps after them. The new history stays behind the loader
+        when `n` does not cut into the steps the loader covers, so that undoing a step never
+        loads the earlier ones."""
+        out = TaskHistory(self.task_id)
+        if n < self._saved_len:
+            steps = self.steps
+            out._steps = steps[:n]
+            return out, steps[n:]
+        out._saved = self._saved
+        out._saved_len = self._saved_len
+        if self._earlier is not None:
+            out._earlier = self._earlier
+            out._count = self._count
+            cut = n - self._count
+        else:
+            cut = n
+        out._steps = self._steps[:cut]
+        return out, self._steps[cut:]
 
     def append(self, step: Behavior) -> None:
-        self.steps.append(step)
+        self._steps.append(step)
         self.last_seq = step.seq or self.last_seq
         for idx in self._indexes.values():
             idx.add(step)

@@ -154,6 +154,12 @@ class CountIndex:
         if step.outcome is Outcome.OK and self._select.matches(step) and not is_bookkeeping(step):
             self.count += 1
 
+    def export_state(self) -> Any:
+        return self.count
+
+    def load_state(self, state: Any) -> None:
+        self.count = _int(state)
+
 
 class TimeIndex:
     """The timestamps (µs, sorted) of recorded steps that match the selector and whose outcome
@@ -180,6 +186,15 @@ class TimeIndex:
             # may arrive slightly out of order and are still placed correctly.
             bisect.insort(self._times, micros(step.timestamp))
 
+    def export_state(self) -> Any:
+        return list(self._times)
+
+    def load_state(self, state: Any) -> None:
+        times = [_int(t) for t in _list(state)]
+        if times != sorted(times):
+            raise ValueError("times out of order")
+        self._times = times
+
     def count_after(self, after_us: int) -> int:
         """How many indexed steps are stamped strictly later than `after_us`."""
         return len(self._times) - bisect.bisect_right(self._times, after_us)
@@ -202,6 +217,12 @@ class SumIndex:
     def add(self, step: Behavior) -> None:
         if step.outcome is Outcome.OK and self._select.matches(step) and not is_bookkeeping(step):
             self.total += numbers_at(self._path, step)[0]
+
+    def export_state(self) -> Any:
+        return self.total
+
+    def load_state(self, state: Any) -> None:
+        self.total = _number(state)
 
 
 # -- approvals ---------------------------------------------------------------------------------
@@ -289,6 +310,40 @@ class GateIndex:
         if group.open:
             gate_seq = group.open.pop(0)[1]
             group.last_used = (gate_seq, step.seq or 0)
+
+    def export_state(self) -> Any:
+        return {
+            "length": self.length,
+            "groups": [
+                [
+                    name,
+                    digest,
+                    [list(g) for g in group.open],
+                    None if group.last_used is None else list(group.last_used),
+                    None if group.last_refused is None else list(group.last_refused),
+                    group.pruned,
+                ]
+                for (name, digest), group in self._groups.items()
+            ],
+        }
+
+    def load_state(self, state: Any) -> None:
+        state = _map(state)
+        groups: dict[tuple[str | None, str | None], _GateGroup] = {}
+        for row in _list(state["groups"]):
+            name, digest, opened, used, refused, pruned = _list(row)
+            group = _GateGroup()
+            group.open = [(_int(pos), _int(seq)) for pos, seq in map(_list, _list(opened))]
+            if used is not None:
+                gate_seq, by = _list(used)
+                group.last_used = (_int(gate_seq), _int(by))
+            if refused is not None:
+                gate_seq, decision = _list(refused)
+                group.last_refused = (_int(gate_seq), _str(decision))
+            group.pruned = None if pruned is None else _int(pruned)
+            groups[(_opt_str(name), _opt_str(digest))] = group
+        self._groups = groups
+        self.length = _int(state["length"])
 
     def _add_gate(self, step: Behavior, pos: int) -> None:
         gate = _dict(step.properties.get("gate"))
@@ -411,6 +466,18 @@ class TriggerIndex:
         if self._select.matches(step) and self._where.matches(step):
             self.last = (self.ok_steps, step.seq or 0, step.step_name)
 
+    def export_state(self) -> Any:
+        return [self.ok_steps, None if self.last is None else list(self.last)]
+
+    def load_state(self, state: Any) -> None:
+        ok_steps, last = _list(state)
+        self.ok_steps = _int(ok_steps)
+        if last is None:
+            self.last = None
+        else:
+            after, seq, name = _list(last)
+            self.last = (_int(after), _int(seq), _str(name))
+
     def since(self) -> int:
         """`ok` steps that happened after the latest trigger (call only when `last` is set)."""
         assert self.last is not None
@@ -434,6 +501,17 @@ class RepeatIndex:
             return
         counter = self.ok if outcome is Outcome.OK else self.not_ok
         counter[(step.step_name, step_digest(step))] += 1
+
+    def export_state(self) -> Any:
+        return [
+            [[name, digest, n] for (name, digest), n in self.ok.items()],
+            [[name, digest, n] for (name, digest), n in self.not_ok.items()],
+        ]
+
+    def load_state(self, state: Any) -> None:
+        ok, not_ok = _list(state)
+        self.ok = _counter(ok)
+        self.not_ok = _counter(not_ok)
 
 
 # -- provenance ----------------------------------------------------------------------------------
@@ -804,6 +882,21 @@ class ProvenanceIndex:
             if had is None or had[0] < level:
                 levels[key] = (level, seq)
 
+    def export_state(self) -> Any:
+        return [
+            int(self.floor),
+            [[ns, value, int(level), seq] for (ns, value), (level, seq) in self.levels.items()],
+        ]
+
+    def load_state(self, state: Any) -> None:
+        floor, rows = _list(state)
+        levels: dict[Key, tuple[Trust, int]] = {}
+        for row in _list(rows):
+            ns, value, level, seq = _list(row)
+            levels[(_str(ns), _str(value))] = (Trust(_int(level)), _int(seq))
+        self.floor = Trust(_int(floor))
+        self.levels = levels
+
     def level_of(self, keys: Iterable[Key]) -> tuple[Trust, int] | None:
         """The highest (level, seq) any of `keys` was seen at; None when never indexed."""
         best: tuple[Trust, int] | None = None
@@ -815,3 +908,51 @@ class ProvenanceIndex:
 
 
 _NOT_CONTENT = TASK_BOUNDARY_KINDS | {ActionKind.STEP_GATE}
+
+
+# -- saved state -----------------------------------------------------------------------------
+# An index's `export_state` is plain JSON (lists, strings, numbers, null) and its `load_state`
+# takes back exactly what `export_state` gave: the state of an index fed the same steps. The
+# checks below make a malformed state raise (ValueError, TypeError), never load a wrong index.
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if type(value) is not int and type(value) is not float:
+        raise TypeError(f"expected a number, got {type(value).__name__}")
+    return value
+
+
+def _str(value: Any) -> str:
+    if type(value) is not str:
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else _str(value)
+
+
+def _list(value: Any) -> list[Any]:
+    if type(value) is not list:
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    return value
+
+
+def _map(value: Any) -> dict[str, Any]:
+    if type(value) is not dict:
+        raise TypeError(f"expected an object, got {type(value).__name__}")
+    return value
+
+
+def _counter(rows: Any) -> Counter[tuple[str, str]]:
+    out: Counter[tuple[str, str]] = Counter()
+    for row in _list(rows):
+        name, digest, n = _list(row)
+        out[(_str(name), _str(digest))] = _int(n)
+    return out

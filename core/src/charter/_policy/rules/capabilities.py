@@ -111,6 +111,19 @@ class UserValueIndex:
             texts = [*iter_strings(step.input), *iter_strings(step.output)]
             self.values.update(trusted_candidates(texts))
 
+    def export_state(self) -> Any:
+        return sorted([ns, value] for ns, value in self.values)
+
+    def load_state(self, state: Any) -> None:
+        if type(state) is not list:
+            raise TypeError("expected a list of [namespace, value]")
+        values: set[tuple[str, str]] = set()
+        for row in state:
+            if type(row) is not list or len(row) != 2 or not all(type(x) is str for x in row):
+                raise TypeError("expected [namespace, value]")
+            values.add((row[0], row[1]))
+        self.values = values
+
 
 def _role(properties: dict[str, Any]) -> Any:
     message = properties.get("message")
