@@ -245,3 +245,180 @@ def test_a_record_that_is_not_ijson_is_refused_and_the_task_blocked(
             store.read_task("t1", "agent")
     finally:
         gate.governor.close(5.0)
+
+
+# -- snapshots -------------------------------------------------------------------------------
+
+
+def _snapshot_gate(db: Path, root: Path, home: Path) -> Gate:
+    gate = _gate(db)
+    assert gate.use_snapshots(root, {"HOME": str(home)})
+    return gate
+
+
+def _steps_loaded(gate: Gate) -> bool:
+    return bool(gate.governor.runner.engine._tasks["t1"].steps_loaded)
+
+
+def _record(runner: Runner, driver: _Driver, spec: dict[str, Any]) -> None:
+    b = driver.behavior(spec)
+    runner.record(b.completed(driver.output(spec), outcome=spec["outcome"]))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    recorded=st.lists(steps(), min_size=1, max_size=16),
+    warm=st.lists(steps(), max_size=6),
+    later=st.lists(steps(), max_size=4),
+    probes=st.lists(steps(), min_size=1, max_size=8),
+)
+def test_a_task_restored_from_its_snapshot_judges_as_a_full_restore(
+    recorded: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    later: list[dict[str, Any]],
+    probes: list[dict[str, Any]],
+) -> None:
+    """A process saves its task's snapshot; the next restores from it without reading the
+    steps (unless a rule needs an index that was not saved) and judges like a full restore
+    from the same SQLite file, also from a snapshot saved by a process that restored from
+    one. A process that stored a record redacted saves none."""
+    with tempfile.TemporaryDirectory() as folder:
+        base = Path(folder)
+        db, root, home = base / "audit.db", base / "project", base / "home"
+        root.mkdir()
+        live = _runner(db)
+        driver = _Driver()
+        live.record(_start())
+        for spec in recorded:
+            _record(live, driver, spec)
+        live.close()
+        gates: list[Gate] = []
+        full = _runner(db)
+        try:
+            first = _snapshot_gate(db, root, home)
+            gates.append(first)
+            assert first.resume_task("t1") == "open"
+            for spec in warm:
+                first.governor.runner.engine.evaluate(driver.behavior(spec), CTX)
+            assert first.save_snapshot("t1")
+            second = _snapshot_gate(db, root, home)
+            gates.append(second)
+            assert second.resume_task("t1") == "open"
+            assert not _steps_loaded(second)
+            for spec in later:
+                _record(second.governor.runner, driver, spec)
+            redacted = any(spec["input"] == 4 for spec in later)
+            assert second.save_snapshot("t1") is not redacted
+            third = _snapshot_gate(db, root, home)
+            gates.append(third)
+            assert third.resume_task("t1") == "open"
+            assert _steps_loaded(third) is redacted
+            assert full.store is not None
+            full.restore_task(full.store.read_task("t1", "agent"))
+            engines = [full.engine, second.governor.runner.engine, third.governor.runner.engine]
+            _same_judgement(engines, driver, probes)
+            assert len({e.next_seq("t1") for e in engines}) == 1
+        finally:
+            full.close()
+            for gate in gates:
+                gate.governor.close(5.0)
+
+
+def _saved(tmp_path: Path) -> tuple[Path, Path, Path, str]:
+    """A task of a few steps in a SQLite trail and its snapshot; (db, root, home, path)."""
+    db, root, home = tmp_path / "audit.db", tmp_path / "project", tmp_path / "home"
+    root.mkdir()
+    live = _runner(db)
+    driver = _Driver()
+    live.record(_start())
+    spec = {"kind": "step.exec", "verb": None, "name": "run", "input": 1, "dt": 1}
+    spec |= {"outcome": "ok", "trust": None, "tokens": None}
+    for _ in range(6):  # max-all allows 6: the next is refused, unless the count is forged
+        _record(live, driver, spec)
+    live.close()
+    gate = _snapshot_gate(db, root, home)
+    try:
+        assert gate.resume_task("t1") == "open"
+        gate.governor.runner.engine.evaluate(driver.behavior(spec), CTX)
+        assert gate.save_snapshot("t1")
+        snapshots = gate._snapshots
+        path = snapshots.path("agent", "t1")
+    finally:
+        gate.governor.close(5.0)
+    return db, root, home, path
+
+
+def _judges_as_full(db: Path, root: Path, home: Path) -> bool:
+    """Restore in a fresh process; whether it read the steps, after checking it judges a
+    run step like a full restore (max-all allows 6 steps: the 6th run is refused)."""
+    gate = _snapshot_gate(db, root, home)
+    full = _runner(db)
+    try:
+        assert gate.resume_task("t1") == "open"
+        loaded = _steps_loaded(gate)
+        assert full.store is not None
+        full.restore_task(full.store.read_task("t1", "agent"))
+        spec = {"kind": "step.exec", "verb": None, "name": "run", "input": 2, "dt": 1}
+        spec |= {"outcome": "ok", "trust": None, "tokens": None}
+        _same_judgement([full.engine, gate.governor.runner.engine], _Driver(), [spec])
+        return loaded
+    finally:
+        full.close()
+        gate.governor.close(5.0)
+
+
+def test_a_snapshot_is_used_when_it_verifies(tmp_path: Path) -> None:
+    db, root, home, _ = _saved(tmp_path)
+    assert _judges_as_full(db, root, home) is False
+
+
+def test_a_tampered_snapshot_is_ignored(tmp_path: Path) -> None:
+    import hashlib
+    import hmac
+
+    db, root, home, path = _saved(tmp_path)
+    mac, body = Path(path).read_bytes().split(b"\n", 1)
+    forged = json.loads(body)
+    for key, value in forged["history"]["indexes"].items():
+        if "count_ok" in key:
+            value[1] = 0  # as if no step had happened: max-all would allow more
+    forged_body = json.dumps(forged, separators=(",", ":")).encode()
+    # The old MAC, then a MAC under a key that is not the project's.
+    for signed in (mac, hmac.new(b"0" * 64, forged_body, hashlib.sha256).hexdigest().encode()):
+        Path(path).write_bytes(signed + b"\n" + forged_body)
+        assert _judges_as_full(db, root, home) is True
+    Path(path).write_bytes(b"not a snapshot")
+    assert _judges_as_full(db, root, home) is True
+
+
+def test_a_snapshot_for_another_head_is_ignored(tmp_path: Path) -> None:
+    db, root, home, _ = _saved(tmp_path)
+    other = _runner(db)  # another process appends to the chain after the snapshot
+    try:
+        assert other.store is not None
+        other.restore_task(other.store.read_task("t1", "agent"))
+        spec = {"kind": "step.exec", "verb": None, "name": "run", "input": 3, "dt": 1}
+        spec |= {"outcome": "ok", "trust": None, "tokens": None}
+        driver = _Driver()
+        driver.n = 100  # action ids the task has not used
+        _record(other, driver, spec)
+    finally:
+        other.close()
+    assert _judges_as_full(db, root, home) is True
+
+
+def test_a_snapshot_under_a_replaced_key_is_ignored(tmp_path: Path) -> None:
+    db, root, home, path = _saved(tmp_path)
+    key = Path(path).parent.parent / "snapshot.key"
+    key.unlink()  # the next process makes a new key: the old snapshot no longer verifies
+    assert _judges_as_full(db, root, home) is True
+
+
+def test_there_are_no_snapshots_without_a_home_outside_the_project(tmp_path: Path) -> None:
+    gate = _gate(tmp_path / "audit.db")
+    try:
+        assert gate.use_snapshots(tmp_path, {}) is False
+        assert gate.use_snapshots(tmp_path, {"HOME": str(tmp_path)}) is False
+        assert gate.save_snapshot("t1") is False
+    finally:
+        gate.governor.close(5.0)

@@ -22,6 +22,7 @@ Three rules live here and nowhere else, the same for every framework:
 from __future__ import annotations
 
 import contextvars
+import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -387,6 +388,7 @@ class Gate:
     ) -> None:
         self.governor = governor
         self.framework = framework
+        self._snapshots: Any = None
         try:
             self._templates: Any = (
                 templates
@@ -764,6 +766,10 @@ class Gate:
             store = runner.store
             if store is None:
                 return state
+            if self._snapshots is not None and getattr(store, "_reads_ijson", False) is True:
+                restored = self._from_snapshot(task_id)
+                if restored is not None:
+                    return restored
             records = store.read_task(task_id, runner.agent_id)
             if not records:
                 return state
@@ -777,6 +783,61 @@ class Gate:
         except Exception as exc:
             log_debug("charter: task %r not restored: %s", task_id, exc)
             return "unknown"
+
+    def _from_snapshot(self, task_id: str) -> str | None:
+        """The task's state after restoring it from its snapshot, or None (no snapshot for
+        the store's head, or one that does not load: the caller restores from the store)."""
+        runner = self.governor.runner
+        store = runner.store
+        assert store is not None
+        head = store.head(runner.agent_id, task_id)
+        if head.seq == 0:
+            return None
+        found = self._snapshots.load(runner.agent_id, task_id, head.seq, head.hash)
+        if found is None:
+            return None
+        try:
+            runner._adopt_stored(found["history"], found["reserved"])
+        except Exception as exc:
+            log_debug("charter: snapshot of task %r not used: %s", task_id, exc)
+            return None
+        return self.task_state(task_id)
+
+    def use_snapshots(
+        self, root: str | os.PathLike[str], environ: Mapping[str, str] | None = None
+    ) -> bool:
+        """Restore tasks from, and save them to, the history snapshots of the project at
+        `root` (see `save_snapshot`), authenticated with a key kept in the project's decision
+        server folder outside it (``~/.charter/serve/<key>/snapshot.key``, created when
+        missing; `environ` gives ``HOME``). Returns whether snapshots are in use: never
+        without a home directory (the key would lie inside the project). `resume_task` then
+        loads a task's history indexes from its snapshot when the store's chain head is the
+        one the snapshot was saved at, reading its steps only when a rule needs them, and
+        judges exactly as after a full restore; any other snapshot is ignored."""
+        from charter._runtime.snapshot import project_snapshots
+
+        self._snapshots = project_snapshots(root, environ, create=True)
+        return self._snapshots is not None
+
+    def save_snapshot(self, task_id: str) -> bool:
+        """Save the history of open task `task_id` for the store's current chain head (see
+        `use_snapshots`); returns whether it was saved. Nothing is saved when the chain holds
+        records this process did not write since it restored the task, when a record was
+        stored redacted (a restore from the store would judge from the redacted one), or when
+        snapshots are not in use. Never raises."""
+        snapshots = self._snapshots
+        if snapshots is None:
+            return False
+        runner = self.governor.runner
+        try:
+            found = runner._export_stored(task_id)
+            if found is None:
+                return False
+            seq, digest, reserved, history = found
+            return bool(snapshots.save(runner.agent_id, task_id, seq, digest, reserved, history))
+        except Exception as exc:
+            log_debug("charter: task %r not saved: %s", task_id, exc)
+            return False
 
     def resync_task(self, task_id: str) -> bool:
         """For a long-lived process sharing a chain with others (a decision server beside

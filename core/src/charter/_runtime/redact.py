@@ -263,6 +263,8 @@ class Redactor:
         self._lock = threading.Lock()
         self.masked = 0
         self.errors = 0
+        # Records stored otherwise than they were recorded (masked, escaped, renamed, shaped).
+        self.altered = 0
 
     def redact(self, record: dict[str, Any]) -> dict[str, Any]:
         """A redacted copy of a wire record (the behavior fields; chain fields untouched).
@@ -293,12 +295,17 @@ class Redactor:
             joined = "\ud800"  # and escape field by field
         if found:
             self._mask(out)
+        altered = found or self.payload_mode != "full" or out.get("task_id") != task_id
         try:
             joined.encode("utf-8")
         except UnicodeEncodeError:
+            altered = True
             for name in ("step_name", *_MASKED_FIELDS):
                 if out.get(name) is not None:
                     out[name] = _escaped(out[name])
+        if altered:
+            with self._lock:
+                self.altered += 1
         if self.payload_mode != "full":
             gate = out.get("kind") == "step.gate"
             for name in ("input", "output"):

@@ -751,6 +751,62 @@ class Runner:
                 self._reserved[tid] = intents_top
             self._activity[tid] = time.monotonic()
 
+    def _export_stored(self, task_id: str) -> tuple[int, str | None, int, dict[str, Any]] | None:
+        """(the store's head seq and hash, the highest intent seq, `PolicyEngine.export_task`)
+        for an open task whose stored chain ends exactly where this runner last wrote, and
+        whose every record the writer stored as it was recorded (no redaction); else None.
+        A full restore from that chain then builds the same history."""
+        store = self._writer.store
+        if store is None or self._redactor.altered:
+            return None
+        with self._lock(task_id):
+            if self.engine.task_state(task_id) != "open":
+                return None
+            head = store.head(self.agent_id, task_id)
+            if head.seq == 0 or head.seq != self._next_seq(task_id) - 1:
+                return None
+            exported = self.engine.export_task(task_id)
+            if exported is None:
+                return None
+            return head.seq, head.hash, self._reserved.get(task_id, 0), exported
+
+    def _adopt_stored(self, history: Mapping[str, Any], reserved: int) -> None:
+        """Open the task `history` (`PolicyEngine.export_task` of a runner of the same agent)
+        describes, its steps read from the store only when first needed: `restore_task`
+        for a chain whose head is the one the export was taken at. Refuses (ValueError) what
+        `PolicyEngine.adopt_task` refuses and another agent's history."""
+        store = self._writer.store
+        if store is None:
+            raise ValueError("no audit store to read the task's steps from")
+        if history.get("agent_id") != self.agent_id:
+            raise AgentBindingError(f"the saved history is not agent {self.agent_id!r}'s")
+        tid = history.get("task_id")
+        last_seq = history.get("last_seq")
+        if type(tid) is not str or type(last_seq) is not int:
+            raise ValueError("not a saved task history")
+        agent_id = self.agent_id
+
+        def earlier() -> list[Behavior]:
+            steps = []
+            for r in store.read_task(tid, agent_id):
+                seq = r.get("seq")
+                meta = r.get("meta")
+                if isinstance(meta, Mapping) and meta.get(INTENT_KEY) is True:
+                    continue
+                if type(seq) is int and seq <= last_seq:
+                    steps.append(Behavior._adopt(dict(r)))
+            if not steps or steps[-1].seq != last_seq:
+                raise ValueError(f"the stored chain of task {tid!r} does not hold its history")
+            return steps
+
+        with self._lock(tid):
+            if self.engine.task_state(tid) in ("open", "closing"):
+                raise ValueError(f"task {tid!r} is already active in this runner")
+            self.engine.adopt_task(history, earlier)
+            if reserved:
+                self._reserved[tid] = reserved
+            self._activity[tid] = time.monotonic()
+
     def stored_head(self, task_id: str) -> tuple[int, int] | None:
         """(the seq of the chain's last committed record in the store, the seq this runner
         last gave the task) for an active task; None when the task is not active here or
