@@ -123,11 +123,21 @@ def main() -> None:
     parser.add_argument("--depth", default="0,200,1000", help="history depths to measure")
     parser.add_argument("--cold", action="store_true", help="no bytecode cache")
     parser.add_argument("--large-chars", type=int, default=1_000_000, help="0 skips it")
+    parser.add_argument(
+        "--no-snapshots",
+        action="store_true",
+        help="run the hook without a home folder: no history snapshots, every call restores "
+        "the session from the whole trail",
+    )
     opts = parser.parse_args()
     if HOOK is None:
         raise SystemExit("charter-claude-hook is not installed (uv sync --all-packages)")
     work = Path(tempfile.mkdtemp(prefix="charter-claude-bench-"))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CHARTER_", "CLAUDE_"))}
+    # A home of its own: the hook keeps its snapshot key and snapshots there.
+    env["HOME"] = str(work / "home")
+    if opts.no_snapshots:
+        del env["HOME"]
     if opts.cold:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
     else:

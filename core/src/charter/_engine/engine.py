@@ -30,6 +30,7 @@ from charter._policy.policy import (
     Severity,
     compile_policies,
 )
+from charter._policy.rules._indexes import CallIndex
 from charter._policy.sets import PatternSet, pattern_sets
 
 __all__ = [
@@ -654,6 +655,32 @@ class PolicyEngine:
         with self._lock:
             task = self._tasks.get(task_id)
             return tuple(task.open_intents.values()) if task else ()
+
+    def has_recorded(self, task_id: str, action_id: str) -> bool:
+        """Whether a recorded step of the task carries `action_id` (open intents do not
+        count); reads no step."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            return (
+                task is not None
+                and action_id in task.action_ids
+                and action_id not in task.open_intents
+            )
+
+    def recorded_call(self, task_id: str, call_id: str) -> Behavior | None:
+        """The latest recorded step of the task whose ``properties.tool.call_id`` is
+        `call_id`, or None; the steps are read only when there is one (see `TaskHistory`)."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return None
+            seq = task.index(CallIndex.KEY, CallIndex).seqs.get(call_id)
+            if seq is None:
+                return None
+            for step in reversed(task.steps):
+                if step.seq == seq:
+                    return step
+            return None
 
     def task_state(self, task_id: str) -> str:
         """`open`, `closing`, `ended` (evicted, id remembered) or `unknown`."""

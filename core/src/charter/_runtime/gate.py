@@ -910,6 +910,21 @@ class Gate:
         first; empty for a task unknown here. Steps still running are not history."""
         return tuple(self.governor.runner.engine.get_history(task_id))
 
+    def last_seq(self, task_id: str) -> int:
+        """The seq of the last recorded step of `task_id` in this process (0 for a task
+        unknown here); reads no step."""
+        return self.governor.runner.engine.next_seq(task_id) - 1
+
+    def is_recorded(self, task_id: str, action_id: str) -> bool:
+        """Whether a recorded step of `task_id` carries `action_id` (steps still running do
+        not count); reads no step."""
+        return self.governor.runner.engine.has_recorded(task_id, action_id)
+
+    def recorded_call(self, task_id: str, call_id: str) -> Behavior | None:
+        """The latest recorded step of `task_id` for the tool call `call_id` (its
+        ``properties.tool.call_id``), or None; cheap whatever the task's length."""
+        return self.governor.runner.engine.recorded_call(task_id, call_id)
+
     def intent(self, handle: StepHandle) -> Behavior:
         """The intent of an allowed step as registered, with its verdict in
         ``meta["charter.eval"]``: what to carry to another process and `reopen` there.

@@ -349,6 +349,10 @@ class _Call:
                 )
                 answer = self._dispatch()
                 self._note_head()
+                if self.gates is None and self.state.task_id:
+                    # The next process restores from here without rereading the trail.
+                    self.gate.save_snapshot(self.state.task_id)
+                    self._time("snapshot")
                 self.state.save()
                 self._time("save")
             finally:
@@ -360,9 +364,8 @@ class _Call:
 
     def _note_head(self) -> None:
         tid = self.state.task_id
-        history = self.gate.history(tid) if tid else ()
-        if history:
-            self.state.head = max(self.state.head, history[-1].seq or 0)
+        if tid:
+            self.state.head = max(self.state.head, self.gate.last_seq(tid))
 
     def _open_gate(self) -> None:
         import charter
@@ -382,6 +385,7 @@ class _Call:
             self.state_dir,
             templates=self.name in _TOOL_EVENTS,
         )
+        self.gate.use_snapshots(self.root, self.environ)
         self._time("gate")
 
     # -- restoring the session ------------------------------------------------------------------
@@ -401,8 +405,7 @@ class _Call:
             if self.gates is not None:
                 gate.resync_task(tid)
             found = gate.resume_task(tid)
-            history = gate.history(tid)
-            stored = (history[-1].seq or 0) if history else 0
+            stored = gate.last_seq(tid)
             if tid == state.task_id and found != "ended" and stored < state.head:
                 raise _Refusal(
                     f"the audit store {self.settings.audit_location} holds {stored} "
@@ -468,12 +471,16 @@ class _Call:
         """Re-register the intents other processes allowed; drop what the store settled;
         retry outcomes that could not be recorded before."""
         state = self.state
-        used = {b.action_id for b in self.gate.history(tid) if b.action_id}
+        gate = self.gate
+
+        def used(action_id: Any) -> bool:
+            return isinstance(action_id, str) and gate.is_recorded(tid, action_id)
+
         for key, wire in list(state.asks.items()):
-            if wire.get("step", {}).get("action_id") in used:
+            if used(wire.get("step", {}).get("action_id")):
                 del state.asks[key]
         for key, wire in list(state.intents.items()):
-            if wire.get("action_id") in used or wire.get("task_id") != tid:
+            if used(wire.get("action_id")) or wire.get("task_id") != tid:
                 del state.intents[key]
                 state.pending.pop(key, None)
                 continue
@@ -586,11 +593,7 @@ class _Call:
         call_id = self._call_id()
         if call_id is None:
             return None
-        for b in reversed(self.gate.history(tid)):
-            tool = b.properties.get("tool")
-            if isinstance(tool, dict) and tool.get("call_id") == call_id:
-                return b
-        return None
+        return self.gate.recorded_call(tid, call_id)
 
     def _pre_tool_use(self) -> HookAnswer:
         tool_name, tool_input = self._tool()

@@ -42,6 +42,7 @@ from charter._policy.regex import compile_re2
 from charter._policy.selector import Selector
 
 __all__ = [
+    "CallIndex",
     "CountIndex",
     "GateIndex",
     "GateOptions",
@@ -512,6 +513,32 @@ class RepeatIndex:
         ok, not_ok = _list(state)
         self.ok = _counter(ok)
         self.not_ok = _counter(not_ok)
+
+
+class CallIndex:
+    """The seq of the latest recorded step of each tool call id (``properties.tool.call_id``,
+    as `Gate.tool_step` sets it): how an integration finds whether a call was recorded."""
+
+    __slots__ = ("seqs",)
+
+    KEY = index_key("charter.calls")
+
+    def __init__(self) -> None:
+        self.seqs: dict[str, int] = {}
+
+    def add(self, step: Behavior) -> None:
+        tool = step.properties.get("tool")
+        if type(tool) is dict:
+            call_id = tool.get("call_id")
+            if type(call_id) is str:
+                self.seqs[call_id] = step.seq or 0
+
+    def export_state(self) -> Any:
+        return dict(self.seqs)
+
+    def load_state(self, state: Any) -> None:
+        seqs = {_str(k): _int(v) for k, v in _map(state).items()}
+        self.seqs = seqs
 
 
 # -- provenance ----------------------------------------------------------------------------------
