@@ -169,6 +169,7 @@ def test_an_adopted_export_loads_no_step_when_its_indexes_were_saved() -> None:
         live.record(driver.behavior(spec).completed(driver.output(spec)))
     for spec in specs:  # every policy asks for its index
         live.evaluate(driver.behavior(spec), CTX)
+    assert live.recorded_call("t1", "c1") is None  # and so does the tool call lookup
     state = json.loads(json.dumps(live.export_task("t1")))
 
     def earlier() -> list[Behavior]:
@@ -180,6 +181,26 @@ def test_an_adopted_export_loads_no_step_when_its_indexes_were_saved() -> None:
     b = driver.behavior(specs[2]).completed(driver.output(specs[2]))
     assert copy.record(b) == live.record(b)
     _same_judgement([live, copy], driver, specs)
+    # Recorded without judging anything (a PostToolUse): the export carries the step its
+    # saved states miss, and the next engine still reads no step.
+    called = Behavior(
+        agent_id="agent",
+        task_id="t1",
+        kind="step.exec",
+        step_name="run",
+        action_id="call-1",
+        timestamp=T0,
+        properties={"tool": {"call_id": "c1"}},
+    ).completed({"ok": True})
+    following = PolicyEngine(POLICIES)
+    following.adopt_task(json.loads(json.dumps(copy.export_task("t1"))), earlier)
+    assert following.record(called) == live.record(called)
+    third = PolicyEngine(POLICIES)
+    third.adopt_task(json.loads(json.dumps(following.export_task("t1"))), earlier)
+    _same_judgement([live, third], driver, specs)
+    assert third.recorded_call("t1", "c1") == live.recorded_call("t1", "c1") is not None
+    assert third.recorded_call("t1", "c2") is None
+    assert third.has_recorded("t1", "call-1") and not third.has_recorded("t1", "call-2")
 
 
 @pytest.mark.parametrize(

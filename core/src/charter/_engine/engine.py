@@ -677,10 +677,7 @@ class PolicyEngine:
             seq = task.index(CallIndex.KEY, CallIndex).seqs.get(call_id)
             if seq is None:
                 return None
-            for step in reversed(task.steps):
-                if step.seq == seq:
-                    return step
-            return None
+            return task.step_at(seq)
 
     def task_state(self, task_id: str) -> str:
         """`open`, `closing`, `ended` (evicted, id remembered) or `unknown`."""
@@ -760,13 +757,17 @@ class PolicyEngine:
             task = self._tasks.get(task_id)
             if task is None or task.closing or self._agent_id is None:
                 return None
+            total = len(task)
+            indexes = task.export_indexes()
+            missed = max((total - covers for _, _, covers in indexes.values()), default=0)
             return {
                 "agent_id": self._agent_id,
                 "task_id": task_id,
-                "steps": len(task),
+                "steps": total,
                 "last_seq": task.last_seq,
                 "action_ids": sorted(task.action_ids - task.open_intents.keys()),
-                "indexes": {k: list(v) for k, v in task.export_indexes().items()},
+                "indexes": {k: list(v) for k, v in indexes.items()},
+                "carried": [b.to_dict() for b in task.steps_after(total - missed)],
             }
 
     def adopt_task(self, state: Mapping[str, Any], earlier: Callable[[], list[Behavior]]) -> None:
@@ -782,6 +783,7 @@ class PolicyEngine:
             last_seq = state["last_seq"]
             ids = state["action_ids"]
             raw = state["indexes"]
+            carried = [Behavior.from_dict(dict(b)) for b in state["carried"]]
             if not (
                 type(tid) is str
                 and type(agent_id) is str
@@ -794,19 +796,24 @@ class PolicyEngine:
                 and type(raw) is dict
             ):
                 raise TypeError("a field has the wrong type")
-            indexes: dict[str, tuple[str, Any]] = {}
+            indexes: dict[str, tuple[str, Any, int]] = {}
             for key, value in raw.items():
-                kind, saved = value
-                if type(kind) is not str:
+                kind, saved, covers = value
+                if type(kind) is not str or type(covers) is not int:
                     raise TypeError("an index type is not a string")
-                indexes[key] = (kind, saved)
+                indexes[key] = (kind, saved, covers)
+            if any(b.task_id != tid or b.agent_id != agent_id for b in carried):
+                raise ValueError("a carried step is of another task")
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a saved task history: {exc}") from None
         with self._lock:
             self._bind(agent_id)
             if tid in self._tasks or tid in self._closed:
                 raise ValueError(f"task {tid!r} is already active or ended here")
-            task = TaskHistory.restored(tid, indexes, steps, earlier)
+            try:
+                task = TaskHistory.restored(tid, indexes, steps, carried, earlier)
+            except ValueError as exc:
+                raise ValueError(f"not a saved task history: {exc}") from None
             task.last_seq = last_seq
             task.action_ids = set(ids)
             self._tasks[tid] = task

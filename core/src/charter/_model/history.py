@@ -31,6 +31,13 @@ class HistoryIndex(Protocol):
 IndexT = TypeVar("IndexT", bound=HistoryIndex)
 
 
+# A saved index state that misses more steps than this is dropped at the next export rather
+# than carrying the steps it misses (the index is then rebuilt from the steps when needed).
+MAX_CARRIED = 16
+
+Saved = tuple[str, Any, int]  # (the index's type name, its state, how many steps it covers)
+
+
 class TaskHistory:
     """The recorded steps and open intents of one task.
 
@@ -44,11 +51,11 @@ class TaskHistory:
     """
 
     __slots__ = (
+        "_carried",
         "_count",
         "_earlier",
         "_indexes",
         "_saved",
-        "_saved_len",
         "_steps",
         "action_ids",
         "closing",
@@ -65,32 +72,39 @@ class TaskHistory:
         self.last_seq = 0
         self.closing = False
         self._indexes: dict[Any, HistoryIndex] = {}
-        # Saved index states (by key, with the index's type name) covering the first
-        # `_saved_len` steps; the steps after them are in `_steps`.
-        self._saved: dict[str, tuple[str, Any]] = {}
-        self._saved_len = 0
-        # The loader of the first `_count` steps while they are not loaded (see `restored`).
+        # Saved index states by key; each covers the first steps up to its count.
+        self._saved: dict[str, Saved] = {}
+        # While the first `_count` steps are not loaded: their loader, and the last of them
+        # as the saved history carried them (what the saved states that cover fewer miss).
+        # `_steps` then holds only the steps recorded since.
         self._earlier: Callable[[], list[Behavior]] | None = None
         self._count = 0
+        self._carried: list[Behavior] = []
 
     @classmethod
     def restored(
         cls,
         task_id: str,
-        indexes: Mapping[str, tuple[str, Any]],
+        indexes: Mapping[str, Saved],
         steps: int,
+        carried: list[Behavior],
         earlier: Callable[[], list[Behavior]],
     ) -> TaskHistory:
-        """A history of `steps` recorded steps whose indexes are `indexes` (what
-        `export_indexes` gave for those steps) and whose steps `earlier` returns when first
-        needed. The caller sets `last_seq`, `action_ids` and `closing` as they were.
-        `earlier` must return exactly those steps, in seq order; one that returns another
-        number of steps makes `steps` raise (ValueError)."""
+        """A history of `steps` recorded steps whose index states are `indexes` (what
+        `export_indexes` gave), whose last steps are `carried` (at least those the states
+        miss: `steps_after`) and whose steps `earlier` returns when first needed. The caller
+        sets `last_seq`, `action_ids` and `closing` as they were. `earlier` must return
+        exactly those steps, in seq order; one that returns another number of steps makes
+        `steps` raise (ValueError). Refuses (ValueError) a state that misses a step that is
+        not carried."""
+        low = steps - len(carried)
+        if low < 0 or any(not low <= covers <= steps for _, _, covers in indexes.values()):
+            raise ValueError("a saved index state misses steps that were not carried")
         history = cls(task_id)
         history._saved = dict(indexes)
-        history._saved_len = steps
         history._earlier = earlier
         history._count = steps
+        history._carried = list(carried)
         return history
 
     @property
@@ -104,6 +118,8 @@ class TaskHistory:
         self._steps = value
         self._earlier = None
         self._count = 0
+        self._carried = []
+        self._saved = {}
 
     @property
     def steps_loaded(self) -> bool:
@@ -122,9 +138,31 @@ class TaskHistory:
         self._steps = loaded + self._steps
         self._earlier = None
         self._count = 0
+        self._carried = []
 
     def __len__(self) -> int:
         return self._count + len(self._steps)
+
+    def steps_after(self, n: int) -> list[Behavior]:
+        """The recorded steps after the first `n`, loaded only when the carried steps of a
+        restored history do not reach back that far."""
+        if self._earlier is not None:
+            low = self._count - len(self._carried)
+            if n >= low:
+                return self._carried[n - low :] + self._steps
+        return self.steps[n:]
+
+    def step_at(self, seq: int) -> Behavior | None:
+        """The recorded step with `seq`, or None; the steps are loaded only when it is not
+        among those in memory."""
+        for group in (self._steps, self._carried) if self._earlier is not None else ():
+            for step in reversed(group):
+                if step.seq == seq:
+                    return step
+        for step in reversed(self.steps):
+            if step.seq == seq:
+                return step
+        return None
 
     def index(self, key: Any, factory: Callable[[], IndexT]) -> IndexT:
         """The index stored under `key`, built by `factory` and replayed on first request.
@@ -140,9 +178,7 @@ class TaskHistory:
         built = factory()
         saved = self._saved.get(key) if type(key) is str else None
         if saved is not None and self._load_saved(built, saved):
-            covered = self._saved_len
-            tail = self._steps if self._earlier is not None else self._steps[covered:]
-            for step in tail:
+            for step in self.steps_after(saved[2]):
                 built.add(step)
         else:
             built = factory()
@@ -152,8 +188,8 @@ class TaskHistory:
         return built
 
     @staticmethod
-    def _load_saved(built: HistoryIndex, saved: tuple[str, Any]) -> bool:
-        kind, state = saved
+    def _load_saved(built: HistoryIndex, saved: Saved) -> bool:
+        kind, state, _ = saved
         load = getattr(built, "load_state", None)
         if type(built).__name__ != kind or load is None:
             return False
@@ -163,18 +199,21 @@ class TaskHistory:
             return False
         return True
 
-    def export_indexes(self) -> dict[str, tuple[str, Any]]:
-        """The state of every index that can export one and is stored under a string key,
-        with its type name, covering the steps recorded so far: what `restored` takes. Saved
-        states not asked for since a restore are carried over only while no step has been
-        recorded since (they cover fewer steps otherwise)."""
-        out: dict[str, tuple[str, Any]] = {}
-        if len(self) == self._saved_len:
-            out.update(self._saved)
+    def export_indexes(self) -> dict[str, Saved]:
+        """The state of every index that can export one and is stored under a string key:
+        with its type name and the number of steps it covers (all of them), what `restored`
+        takes. Saved states not asked for since a restore are carried over as they are
+        while they miss at most `MAX_CARRIED` steps (give `restored` those steps too)."""
+        total = len(self)
+        out = {
+            key: saved
+            for key, saved in self._saved.items()
+            if key not in self._indexes and total - saved[2] <= MAX_CARRIED
+        }
         for key, idx in self._indexes.items():
             export = getattr(idx, "export_state", None)
             if type(key) is str and export is not None:
-                out[key] = (type(idx).__name__, export())
+                out[key] = (type(idx).__name__, export(), total)
         return out
 
     def split(self, n: int) -> tuple[TaskHistory, list[Behavior]]:
@@ -183,20 +222,17 @@ class TaskHistory:
         when `n` does not cut into the steps the loader covers, so that undoing a step never
         loads the earlier ones."""
         out = TaskHistory(self.task_id)
-        if n < self._saved_len:
-            steps = self.steps
-            out._steps = steps[:n]
-            return out, steps[n:]
-        out._saved = self._saved
-        out._saved_len = self._saved_len
-        if self._earlier is not None:
+        out._saved = {k: v for k, v in self._saved.items() if v[2] <= n}
+        if self._earlier is not None and n >= self._count:
             out._earlier = self._earlier
             out._count = self._count
+            out._carried = self._carried
             cut = n - self._count
-        else:
-            cut = n
-        out._steps = self._steps[:cut]
-        return out, self._steps[cut:]
+            out._steps = self._steps[:cut]
+            return out, self._steps[cut:]
+        steps = self.steps
+        out._steps = steps[:n]
+        return out, steps[n:]
 
     def append(self, step: Behavior) -> None:
         self._steps.append(step)
