@@ -71,3 +71,36 @@ def test_counts_carry_across_processes(claude, project, tmp_path):
     ran = [claude.tool("Bash", {"command": f"echo {i} >> n.txt"}).ran for i in range(5)]
     assert ran == [True, True, True, False, False]
     assert (project / "n.txt").read_text().split() == ["0", "1", "2"]
+
+
+def test_a_session_restores_from_its_snapshot_and_ignores_a_forged_one(
+    claude, project, home, tmp_path
+):
+    """Each call saves the session's history snapshot outside the project; one rewritten to
+    forget steps does not verify and the count still holds."""
+    import json
+
+    policy = tmp_path / "limit.yaml"
+    policy.write_text(
+        "name: limit\nversion: 1\npolicies:\n"
+        "  - name: three-commands\n    rule_type: max_steps\n    severity: critical\n"
+        "    match: {kinds: [step.exec]}\n    params: {max: 3, select: {kinds: [step.exec]}}\n",
+        encoding="utf-8",
+    )
+    claude.policy = policy
+    assert [claude.tool("Bash", {"command": f"echo {i} >> n.txt"}).ran for i in range(2)] == [
+        True,
+        True,
+    ]
+    (snapshot,) = (home / ".charter" / "serve").glob("*/history/*.snapshot")
+    assert not list(project.rglob("*.snapshot"))
+    mac, body = snapshot.read_bytes().split(b"\n", 1)
+    forged = json.loads(body)
+    counts = [v for k, v in forged["history"]["indexes"].items() if "count_ok" in k]
+    assert counts and all(v[1] >= 1 for v in counts)
+    for value in counts:
+        value[1] = 0
+    snapshot.write_bytes(mac + b"\n" + json.dumps(forged, separators=(",", ":")).encode())
+    ran = [claude.tool("Bash", {"command": f"echo {i} >> n.txt"}).ran for i in range(2, 5)]
+    assert ran == [True, False, False]
+    assert (project / "n.txt").read_text().split() == ["0", "1", "2"]
