@@ -13,6 +13,8 @@ deep the project lies. Without a home directory the project's own ``.charter/ser
   signing each answer over the client's nonce (`proof`); a client that pinned the key's
   digest (the Claude Code hook's ``--serve sha256:...``) trusts no other key.
 - ``token``: the bearer token HTTP clients send (0600).
+- ``snapshot.key`` and ``history/``: the key and the files of the history snapshots a one-shot
+  process restores a task from (see `charter._runtime.snapshot`).
 
 Paths are plain strings and nothing is imported at load time beyond a SHA-256: hook
 processes load this module on every call (json loads only for `canonical_result`, which
