@@ -169,7 +169,8 @@ def test_an_adopted_export_loads_no_step_when_its_indexes_were_saved() -> None:
         live.record(driver.behavior(spec).completed(driver.output(spec)))
     for spec in specs:  # every policy asks for its index
         live.evaluate(driver.behavior(spec), CTX)
-    assert live.recorded_call("t1", "c1") is None  # and so does the tool call lookup
+    assert live.recorded_call("t1", "c1") is None  # and so do the lookups of integrations
+    assert len(live.said_digests("t1")) == 1
     state = json.loads(json.dumps(live.export_task("t1")))
 
     def earlier() -> list[Behavior]:
@@ -201,6 +202,7 @@ def test_an_adopted_export_loads_no_step_when_its_indexes_were_saved() -> None:
     assert third.recorded_call("t1", "c1") == live.recorded_call("t1", "c1") is not None
     assert third.recorded_call("t1", "c2") is None
     assert third.has_recorded("t1", "call-1") and not third.has_recorded("t1", "call-2")
+    assert third.said_digests("t1") == live.said_digests("t1")
 
 
 @pytest.mark.parametrize(

@@ -30,7 +30,7 @@ from charter._policy.policy import (
     Severity,
     compile_policies,
 )
-from charter._policy.rules._indexes import CallIndex
+from charter._policy.rules._indexes import CallIndex, SaidIndex
 from charter._policy.sets import PatternSet, pattern_sets
 
 __all__ = [
@@ -678,6 +678,16 @@ class PolicyEngine:
             if seq is None:
                 return None
             return task.step_at(seq)
+
+    def said_digests(self, task_id: str) -> frozenset[str]:
+        """The canonical digests of the content of the task's recorded user messages (see
+        `SaidIndex`); empty for an unknown task. Reads no step of a restored task whose
+        saved history holds them."""
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is None:
+                return frozenset()
+            return frozenset(task.index(SaidIndex.KEY, SaidIndex).digests)
 
     def task_state(self, task_id: str) -> str:
         """`open`, `closing`, `ended` (evicted, id remembered) or `unknown`."""

@@ -574,12 +574,7 @@ class Governor:
         with self._lock:
             said = self._user_said.get(task_id)
         if said is None:
-            history = self.runner.engine.get_history(task_id)
-            found = {
-                canonical_digest(b.input.get("content"))
-                for b in history
-                if _is_user_message(b) and isinstance(b.input, dict)
-            }
+            found = set(self.runner.engine.said_digests(task_id))
             with self._lock:
                 said = self._user_said.setdefault(task_id, found)
         with self._lock:

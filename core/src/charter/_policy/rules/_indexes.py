@@ -48,6 +48,7 @@ __all__ = [
     "GateOptions",
     "ProvenanceIndex",
     "RepeatIndex",
+    "SaidIndex",
     "SumIndex",
     "TimeIndex",
     "TriggerIndex",
@@ -539,6 +540,33 @@ class CallIndex:
     def load_state(self, state: Any) -> None:
         seqs = {_str(k): _int(v) for k, v in _map(state).items()}
         self.seqs = seqs
+
+
+class SaidIndex:
+    """The canonical digests of what the task's recorded user messages said (a step.message
+    GET with ``properties.message.role`` user: its ``input.content``), whatever their outcome:
+    how a message already recorded is told from a new one."""
+
+    __slots__ = ("digests",)
+
+    KEY = index_key("charter.said")
+
+    def __init__(self) -> None:
+        self.digests: set[str] = set()
+
+    def add(self, step: Behavior) -> None:
+        if step.kind is not ActionKind.STEP_MESSAGE or step.verb is not Verb.GET:
+            return
+        message = step.properties.get("message")
+        if isinstance(message, dict) and message.get("role") == "user":
+            if isinstance(step.input, dict):
+                self.digests.add(canonical_digest(step.input.get("content")))
+
+    def export_state(self) -> Any:
+        return sorted(self.digests)
+
+    def load_state(self, state: Any) -> None:
+        self.digests = {_str(d) for d in _list(state)}
 
 
 # -- provenance ----------------------------------------------------------------------------------
