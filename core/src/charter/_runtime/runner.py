@@ -754,10 +754,11 @@ class Runner:
     def _export_stored(self, task_id: str) -> tuple[int, str | None, int, dict[str, Any]] | None:
         """(the store's head seq and hash, the highest intent seq, `PolicyEngine.export_task`)
         for an open task whose stored chain ends exactly where this runner last wrote, and
-        whose every record the writer stored as it was recorded (no redaction); else None.
-        A full restore from that chain then builds the same history."""
-        store = self._writer.store
-        if store is None or self._redactor.altered:
+        whose every record the writer stored as it was recorded (no redaction, none dropped);
+        else None. A full restore from that chain then builds the same history."""
+        writer = self._writer
+        store = writer.store
+        if store is None or self._redactor.altered or writer.dropped or writer.evicted:
             return None
         with self._lock(task_id):
             if self.engine.task_state(task_id) != "open":
