@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import os as _os
 
-from charter._server.files import ensure_secret as _ensure_secret
-from charter._server.files import key_digest, sign
-from charter._server.files import read_secret as _read_secret
-from charter._server.files import serve_dir as _serve_dir
+from charter._runtime.project_files import ensure_secret as _ensure_secret
+from charter._runtime.project_files import key_digest, sign
+from charter._runtime.project_files import read_secret as _read_secret
+from charter._runtime.project_files import serve_dir as _serve_dir
 from charter._server.wire import ClientError, exchange
 
 _TYPE_CHECKING = False

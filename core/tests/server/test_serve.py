@@ -210,7 +210,7 @@ def test_bad_requests_name_the_field_and_never_end_the_connection(server: ServeP
     # Raw garbage on the same socket: an error line, and the next request is still served.
     import socket
 
-    from charter._server.files import socket_address
+    from charter._runtime.project_files import socket_address
 
     address, fd = socket_address(server.folder / "charter.sock")
     sock = socket.socket(socket.AF_UNIX)
@@ -322,7 +322,7 @@ def test_http_refuses_a_public_address_unless_forced(project: Path) -> None:
 def test_exchange_asks_one_line_and_sign_is_the_proof_a_client_checks(
     server: ServeProcess, tmp_path: Path
 ) -> None:
-    from charter._server.files import canonical_result
+    from charter._runtime.project_files import canonical_result
     from charter.serve import exchange, sign
 
     key = read_key(server.folder)

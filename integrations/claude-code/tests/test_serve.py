@@ -396,6 +396,10 @@ def test_a_served_hook_answers_without_json_socket_threading_or_openssl(
     heavy = {"json", "socket", "threading", "hashlib", "_hashlib", "hmac", "typing", "re"}
     heavy |= {"importlib", "encodings.ascii"}
     assert loaded & heavy == set()
+    # project_files only locates the server's folder (os and sys): the judging runtime
+    # (governor, runner, engine) and the in-process handler must stay unloaded.
+    runtime = {m for m in loaded if m.startswith("charter._runtime.")}
+    assert runtime <= {"charter._runtime.project_files"}
     assert not any(
-        m.startswith(("charter._runtime", "charter_claude_code._handler")) for m in loaded
+        m.startswith(("charter_claude_code._handler", "charter._engine")) for m in loaded
     )

@@ -1337,7 +1337,7 @@ def serve(
     the project's socket, 2 on a usage error.
     """
     from charter._cli.serve import parse_http, run_serve, stop_server
-    from charter._server.files import ensure_secret, serve_dir
+    from charter._runtime.project_files import ensure_secret, serve_dir
 
     root = os.path.realpath(project_dir)
     folder = Path(serve_dir(root))

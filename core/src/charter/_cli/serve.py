@@ -81,8 +81,8 @@ def run_serve(
 
 def stop_server(folder: Path, timeout: float = 10.0) -> tuple[bool, str]:
     """Ask the server owning `folder` to stop and wait for it; (stopped, what happened)."""
+    from charter._runtime.project_files import read_secret
     from charter._server.client import Client, ClientError
-    from charter._server.files import read_secret
 
     sock = folder / "charter.sock"
     if not sock.exists():

@@ -8,7 +8,7 @@ reads the steps only if a rule asks for an index that was not saved.
 
 The agent may be able to write where snapshots lie, so a snapshot is trusted only when its
 HMAC-SHA256 under a key kept outside the project verifies: the project's decision server
-folder (``~/.charter/serve/<key>/``, see `charter._server.files`), which the Claude Code
+folder (``~/.charter/serve/<key>/``, see `charter._runtime.project_files`), which the Claude Code
 hook protects against reading and writing. Without a home directory that folder would be
 inside the project, and there are no snapshots. A snapshot that does not verify, was saved
 for another head, agent, task or format, or does not load is ignored: the task is then
@@ -25,7 +25,7 @@ import hmac
 import json
 import os
 
-from charter._server.files import ensure_secret, private_dir, read_secret, serve_dir
+from charter._runtime.project_files import ensure_secret, private_dir, read_secret, serve_dir
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

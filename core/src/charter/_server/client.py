@@ -1,7 +1,7 @@
 """A small client of the decision server's unix socket (stdlib only: hooks import it).
 
 A client that knows the server's key sends a fresh nonce with every request and accepts an
-answer only with a valid proof over it (`charter._server.files.proof`): a process that
+answer only with a valid proof over it (`charter._runtime.project_files.proof`): a process that
 binds the socket path without the key cannot produce one. The peer of the socket must run
 as this user (or root), checked with SO_PEERCRED.
 """
@@ -15,7 +15,7 @@ import socket
 import struct
 import time
 
-from charter._server.files import PROTOCOL, proof, socket_address
+from charter._runtime.project_files import PROTOCOL, proof, socket_address
 from charter._server.wire import ClientError
 
 TYPE_CHECKING = False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from charter._server.files import PROTOCOL
+from charter._runtime.project_files import PROTOCOL
 
 __all__ = ["document"]
 

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from charter._server.files import PROTOCOL, proof
+from charter._runtime.project_files import PROTOCOL, proof
 
 __all__ = [
     "MAX_LINE",

@@ -1,6 +1,6 @@
 """The listeners of ``charter serve``: a unix socket (always) and HTTP on loopback (optional).
 
-The unix socket is the project's (`charter._server.files`): mode 0600 in a 0700 folder, and
+The unix socket is the project's (`charter._runtime.project_files`): mode 0600 in a 0700 folder, and
 a peer of another user is refused (SO_PEERCRED) even where permissions would let it in. One
 server per project: the server holds ``serve.lock`` for its lifetime, so a second one
 refuses to start naming the first's pid, and a socket file left by a server that died is
@@ -33,7 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from charter._server.files import ensure_secret, serve_dir, socket_address
+from charter._runtime.project_files import ensure_secret, serve_dir, socket_address
 from charter._server.protocol import (
     MAX_LINE,
     ProtocolError,

@@ -24,9 +24,9 @@ from typing import Any
 from charter._model.behavior import ActionKind, verbs_for
 from charter._runtime.gate import Allowed, Answer, Blocked, Gate, Pending
 from charter._runtime.governor import StepHandle
+from charter._runtime.project_files import PROTOCOL
 from charter._runtime.settings import Settings
 from charter._runtime.steps import Step
-from charter._server.files import PROTOCOL
 from charter._server.protocol import ProtocolError, optional, required
 
 __all__ = ["OPS", "Handler", "Service"]

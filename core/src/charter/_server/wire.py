@@ -13,7 +13,7 @@ import os
 import sys
 import time
 
-from charter._server.files import socket_address
+from charter._runtime.project_files import socket_address
 
 __all__ = ["ClientError", "exchange"]
 

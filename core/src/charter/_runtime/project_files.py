@@ -1,4 +1,5 @@
-"""Where a project's decision server keeps its socket, lock and secrets.
+"""Where a project keeps its private files outside it: the decision server's socket, lock
+and secrets, and the history snapshots' key.
 
 Everything lives in one directory per project, ``~/.charter/serve/<key>/`` (mode 0700),
 where ``<key>`` is derived from the project's real path: outside the project, so that tools
