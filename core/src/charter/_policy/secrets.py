@@ -705,11 +705,12 @@ class _Scanner:
     that shape's own small regex.
     """
 
-    __slots__ = ("_detector", "_names")
+    __slots__ = ("_detector", "_names", "_search")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self._names = names
         self._detector: Any = None
+        self._search: Any = None
 
     @property
     def compiled(self) -> bool:
@@ -725,6 +726,18 @@ class _Scanner:
 
             self._detector = re2.compile(_without_captures(_combined(self._names)), _options())
         return self._detector
+
+    def search(self, text: str) -> bool:
+        """Whether the detector matches anywhere in `text` (which must encode as UTF-8).
+
+        Called on every text redaction or a policy scans: the binding's own ``search``
+        builds a match object and character offsets, which costs more than the scan.
+        """
+        if self._search is None:
+            from charter._policy.regex import search_function
+
+            self._search = search_function(self.detector)
+        return bool(self._search(text))
 
     def _identify(self, text: str, start: int, end: int) -> tuple[str, Any, int]:
         """The shape whose alternative the detector matched at ``text[start:end]``.
@@ -909,9 +922,9 @@ def _may_hide(text: str, scanner: _Scanner) -> tuple[bool, bool]:
     hidden_plain = False
     if "%" in text or not text.isascii():
         whole = _plain(text)
-        hidden_plain = whole != text and scanner.detector.search(whole) is not None
+        hidden_plain = whole != text and scanner.search(_encodable(whole))
     blob = _base64_blob(text)
-    hidden_b64 = bool(blob) and scanner.detector.search(blob) is not None
+    hidden_b64 = bool(blob) and scanner.search(blob)
     return hidden_plain, hidden_b64
 
 
@@ -1154,7 +1167,7 @@ def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
     if _skip_scan(scanner, text):
         return False
     text = _encodable(text)
-    return scanner.detector.search(text) is not None or any(_may_hide(text, scanner))
+    return scanner.search(text) or any(_may_hide(text, scanner))
 
 
 def _replace(text: str, findings: list[SecretFinding]) -> str:
