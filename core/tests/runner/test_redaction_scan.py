@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from charter._model.ijson import _safe_values
 from charter._policy.secrets import names_secret
 from charter._runtime.redact import _HOLDING, _NAMING, Redactor, _flag, _scan
 from hypothesis import given, settings
@@ -88,11 +89,71 @@ json_values = st.recursive(
 @given(json_values)
 def test_one_walk_finds_the_strings_and_names_the_two_walks_found(value: Any) -> None:
     strings: list[str] = []
-    named = _scan(value, strings)
+    named, _ = _scan(value, strings)
     expected: list[str] = []
     reference_strings(value, expected)
     assert Counter(strings) == Counter(expected)
     assert named == reference_names(value)
+
+
+scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    words,
+    st.sampled_from([(), b"x", 1j, frozenset()]),
+)
+
+
+def nested(leaves: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.recursive(
+        leaves,
+        lambda inner: st.one_of(
+            st.lists(inner, max_size=4),
+            st.dictionaries(st.one_of(words, st.text(max_size=6)), inner, max_size=4),
+        ),
+        max_leaves=20,
+    )
+
+
+any_values = nested(scalars)
+# What a record may hold without redaction failing (a digest needs a JSON form).
+json_like = nested(scalars.filter(lambda v: type(v) not in (tuple, bytes, complex, frozenset)))
+
+
+@settings(max_examples=400, deadline=None)
+@given(any_values)
+def test_the_walk_says_safe_exactly_when_the_encoding_check_would(value: Any) -> None:
+    # Keys are the caller's to check (they are in the collected strings); with ASCII keys
+    # the walk's verdict is the encoder's own check.
+    strings: list[str] = []
+    _, safe = _scan(value, strings)
+    if all(s.isascii() for s in strings):
+        assert safe == _safe_values((value,))
+    elif _safe_values((value,)):
+        assert safe
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_like, json_like, st.sampled_from(["full", "metadata_only", "sha256"]))
+def test_a_record_marked_checked_is_one_the_encoding_check_accepts(
+    payload: Any, meta: Any, mode: str
+) -> None:
+    record = {
+        "agent_id": "a",
+        "task_id": "t",
+        "seq": 3,
+        "kind": "step.exec",
+        "timestamp": "2026-01-01T00:00:00.000000Z",
+        "step_name": "call",
+        "input": payload,
+        "meta": meta,
+    }
+    out, checked = Redactor(mode).redact_checked(record)
+    assert out == Redactor(mode).redact(record)
+    if checked:
+        assert _safe_values((out,))
 
 
 def test_a_value_named_by_its_sibling_is_masked_whole() -> None:

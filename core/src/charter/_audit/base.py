@@ -289,9 +289,11 @@ class AuditStore(Protocol):
         ...
 
 
-def prepare_batch(entries: Sequence[Mapping[str, Any]]) -> list[PreparedEntry]:
+def prepare_batch(entries: Sequence[Mapping[str, Any] | PreparedEntry]) -> list[PreparedEntry]:
     """Check and pre-canonicalise a batch for `append`.
 
+    An entry that is already a `PreparedEntry` (Charter's writer prepares the records it
+    redacted itself, for a store class that sets ``_takes_prepared``) is taken as it is.
     Raises StoreError naming the first refused entry (by position) and why.
     """
     if isinstance(entries, Mapping | str | bytes):
@@ -299,6 +301,9 @@ def prepare_batch(entries: Sequence[Mapping[str, Any]]) -> list[PreparedEntry]:
     prepared: list[PreparedEntry] = []
     total = len(entries)
     for index, entry in enumerate(entries):
+        if isinstance(entry, PreparedEntry):
+            prepared.append(entry)
+            continue
         try:
             prepared.append(prepare_entry(entry))
         except ValueError as exc:

@@ -126,9 +126,9 @@ def is_closing(entry: Mapping[str, Any]) -> bool:
     if entry.get("kind") in CLOSING_KINDS:
         return True
     meta = entry.get("meta")
-    if isinstance(meta, Mapping):
+    if type(meta) is dict or isinstance(meta, Mapping):
         marker = meta.get("charter.chain")
-        if isinstance(marker, Mapping) and marker.get("final") is True:
+        if marker is not None and isinstance(marker, Mapping) and marker.get("final") is True:
             return True
     return False
 
@@ -202,10 +202,24 @@ _AT_PREV = b'"prev_hash":"' + _NONCE_BYTES + b'p"'
 _AT_SEQ = b'"seq":"' + _NONCE_BYTES + b's"'
 
 
-def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
+_SORTED = orjson.OPT_SORT_KEYS
+_STR_ONLY = frozenset((str,))
+
+
+def _groups(record: dict[str, Any], checked: bool = False) -> tuple[bytes, bytes, bytes, bytes]:
     """`_groups_apart`, from one canonical encoding of the record with the chain keys held
-    by stand-ins: the object is cut at them (members keep their sorted order)."""
-    whole = canonical_json(record | _STAND_INS)
+    by stand-ins: the object is cut at them (members keep their sorted order).
+
+    `checked`: the caller's own walk found every value to be one orjson writes exactly as
+    RFC 8785 does (see `prepare_entry`), so `canonical_json`'s walk is skipped."""
+    whole = None
+    if checked:
+        try:
+            whole = orjson.dumps(record | _STAND_INS, option=_SORTED)
+        except TypeError:  # nesting or text orjson refuses: the checked path decides
+            whole = None
+    if whole is None:
+        whole = canonical_json(record | _STAND_INS)
     if whole.count(_NONCE_BYTES) != 3:
         return _groups_apart(record)
     before, rest = whole[1:-1].split(_AT_HASH)
@@ -215,7 +229,7 @@ def _groups(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
     return before[:-1], between[1:-1], after[1:-1], last[1:]
 
 
-def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
+def prepare_entry(entry: Mapping[str, Any], checked: bool = False) -> PreparedEntry:
     """Check an unchained entry and canonicalise everything but seq/prev_hash/hash.
 
     An entry may carry the `seq` its writer assigned when the step was recorded (an int from
@@ -223,8 +237,14 @@ def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
     (one sentence) when the entry is not a mapping, already carries prev_hash or hash, has a
     seq that is not an int from 1, lacks a str agent_id / non-empty str task_id / str kind /
     str timestamp, or is not I-JSON.
+
+    `checked` is a promise by Charter's own writer that a walk it just made over this very
+    dict found only values ``charter._model.ijson`` would send to orjson (exact JSON types,
+    ASCII keys, integers within 2**53-1, floats without exponent or trailing ".0"); it skips
+    the encoder's repeat of that walk and nothing else. Never pass it for a value that was
+    not so walked.
     """
-    if not isinstance(entry, Mapping):
+    if type(entry) is not dict and not isinstance(entry, Mapping):
         raise ValueError(f"an audit entry must be a mapping, not {type(entry).__name__}")
     for name in ("prev_hash", "hash"):
         if name in entry:
@@ -246,10 +266,13 @@ def prepare_entry(entry: Mapping[str, Any]) -> PreparedEntry:
             raise ValueError(f"entry needs a str {name!r}")
     record = dict(entry)
     record.pop("seq", None)
-    for key in record:
-        if not isinstance(key, str):
-            raise ValueError(f"entry key {key!r} is not a str")
-    return PreparedEntry(record, agent_id, task_id, is_closing(record), _groups(record), seq)
+    if not _STR_ONLY.issuperset(map(type, record)):
+        for key in record:
+            if not isinstance(key, str):
+                raise ValueError(f"entry key {key!r} is not a str")
+    return PreparedEntry(
+        record, agent_id, task_id, is_closing(record), _groups(record, checked), seq
+    )
 
 
 def check_seq(prepared: PreparedEntry, head: ChainHead) -> str | None:

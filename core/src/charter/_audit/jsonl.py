@@ -206,6 +206,9 @@ class JsonlStore:
     file; verify keeps ~100 bytes per record.
     """
 
+    # append takes entries Charter's writer prepared itself (`prepare_batch`).
+    _takes_prepared = True
+
     def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         self._path = os.path.abspath(os.fspath(path))
         self._heads_path = self._path + HEADS_SUFFIX

@@ -267,6 +267,9 @@ class PostgresStore:
     wait for a connection; a call makes up to three attempts.
     """
 
+    # append takes entries Charter's writer prepared itself (`prepare_batch`).
+    _takes_prepared = True
+
     # read_task returns fresh records of I-JSON values only (`decode_task_records`), which a
     # restore may adopt without copying them again (`Gate.resume_task`).
     _reads_ijson = True

@@ -121,6 +121,9 @@ class SQLiteStore:
     object may be shared by threads; an internal lock serialises its calls.
     """
 
+    # append takes entries Charter's writer prepared itself (`prepare_batch`).
+    _takes_prepared = True
+
     # read_task returns fresh records of I-JSON values only (`decode_task_records`), which a
     # restore may adopt without copying them again (`Gate.resume_task`).
     _reads_ijson = True

@@ -34,6 +34,9 @@ class StdoutStore:
     One object may be shared by threads; an internal lock keeps batches whole and in order.
     """
 
+    # append takes entries Charter's writer prepared itself (`prepare_batch`).
+    _takes_prepared = True
+
     location = "stdout"
 
     def __init__(self, stream: TextIO | None = None) -> None:

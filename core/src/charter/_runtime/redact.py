@@ -116,51 +116,106 @@ def _metadata(value: Any) -> dict[str, Any]:
 
 _NAMING_KEYS = frozenset(_NAMING)
 _HOLDING_KEYS = frozenset(_HOLDING)
+# Keys seen to name no secret and to be neither a naming nor a holding key: a dict whose keys
+# are all here needs no per-key check (one C-level subset test). Bounded like the cache of
+# `names_secret`; a key past the bound is simply checked each time.
+_PLAIN_KEYS: set[str] = set()
+_PLAIN_MAX = 4096
+_MAX_SAFE_INT = 2**53 - 1
 
 
-def _scan(value: Any, out: list[str]) -> bool:
-    """Add every string in `value` (object keys too) to `out`, and say whether any key,
-    name/value pair (`_holder`) or flag in an argument list names a secret.
+def _dict_names(d: dict[Any, Any]) -> bool:
+    """Whether a key of `d`, or a name/value pair in it (`_holder`), names a secret; keys
+    found plain are remembered in `_PLAIN_KEYS`."""
+    naming = holding = False
+    for k, x in d.items():
+        if names_secret(k):
+            return True
+        if k in _NAMING_KEYS:
+            naming = naming or (type(x) is str and names_secret(x))
+        elif k in _HOLDING_KEYS:
+            holding = True
+        elif type(k) is str and len(k) <= 64 and len(_PLAIN_KEYS) < _PLAIN_MAX:
+            _PLAIN_KEYS.add(k)
+    return naming and holding
 
-    One walk for both: this runs for every record written, and the two separate walks cost
-    more than the secret scan itself. The order of `out` is not document order; the strings
-    are joined with a separator no secret shape crosses, so it does not matter.
+
+def _scan(value: Any, out: list[str]) -> tuple[bool, bool]:
+    """`_scan_all` of the one value `value`."""
+    return _scan_all([value], out)
+
+
+def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
+    """Add every string in `values` (object keys too) to `out`, and say whether any key,
+    name/value pair (`_holder`) or flag in an argument list names a secret, and whether every
+    value that is not a string, object or array is one RFC 8785 writes as the fast encoders
+    do (`charter._model.ijson._safe_values`; object keys are left to the caller, which sees
+    them in `out`).
+
+    One walk for all three: this runs for every record written, and separate walks cost more
+    than the secret scan itself. The order of `out` is not document order; the strings are
+    joined with a separator no secret shape crosses, so it does not matter.
     """
     named = False
-    stack = [value]
+    safe = True
+    stack = values
     while stack:
         v = stack.pop()
         t = type(v)
-        if t is str:
-            out.append(v)
-        elif t is dict:
-            naming = holding = False
-            for k, x in v.items():
-                out.append(k)
-                tx = type(x)
-                if not named:
-                    if names_secret(k):
-                        named = True
-                    elif k in _NAMING_KEYS:
-                        naming = naming or (tx is str and names_secret(x))
-                    elif k in _HOLDING_KEYS:
-                        holding = True
-                if tx is str:
-                    out.append(x)
-                elif tx is dict or tx is list:
-                    stack.append(x)
-            named = named or (naming and holding)
+        if t is dict:
+            out.extend(v)
+            if not named and not _PLAIN_KEYS.issuperset(v):
+                named = _dict_names(v)
+            items: Any = v.values()
         elif t is list:
-            for x in v:
-                tx = type(x)
-                if tx is str:
-                    out.append(x)
-                    if not named:
+            items = v
+            if not named:
+                for x in v:
+                    if type(x) is str and x.startswith("-"):
                         name = _flag(x)
-                        named = name is not None and names_secret(name)
-                elif tx is dict or tx is list:
-                    stack.append(x)
-    return named
+                        if name is not None and names_secret(name):
+                            named = True
+                            break
+        elif t is str:
+            out.append(v)
+            continue
+        else:
+            items = (v,)
+        for x in items:
+            tx = type(x)
+            if tx is str:
+                out.append(x)
+            elif tx is dict or tx is list:
+                stack.append(x)
+            elif tx is int:
+                if not -_MAX_SAFE_INT <= x <= _MAX_SAFE_INT:
+                    safe = False
+            elif tx is float:
+                text = repr(x)
+                # "n" catches nan and inf.
+                if "e" in text or "n" in text or text.endswith(".0"):
+                    safe = False
+            elif x is not None and tx is not bool:
+                safe = False
+    return named, safe
+
+
+# The fields of a wire record (`charter._runtime.runner.wire_form`): ASCII keys.
+_TEXT_FIELDS = ("agent_id", "task_id", "action_id", "timestamp", "kind", "verb", "step_name")
+_WIRE_KEYS = frozenset((*_TEXT_FIELDS, "seq", *_MASKED_FIELDS))
+_TEXT_TYPES = frozenset((str, type(None), bool))
+
+
+def _plain_top(out: dict[str, Any]) -> bool:
+    """Whether the top level of a record whose `_MASKED_FIELDS` `_scan_all` walked holds only
+    wire fields and values the fast encoders write as RFC 8785 does (C-level set checks:
+    a loop here would cost as much as the walk)."""
+    if not _WIRE_KEYS.issuperset(out):
+        return False
+    seq = out.get("seq")
+    if seq is not None and not (type(seq) is int and -_MAX_SAFE_INT <= seq <= _MAX_SAFE_INT):
+        return False
+    return _TEXT_TYPES.issuperset(map(type, map(out.get, _TEXT_FIELDS)))
 
 
 class _Masker:
@@ -265,12 +320,24 @@ class Redactor:
         self.errors = 0
         # Records stored otherwise than they were recorded (masked, escaped, renamed, shaped).
         self.altered = 0
+        # The last task id judged and what is stored for it when it holds a secret (replaced
+        # as one tuple, so threads sharing the redactor never see a mismatched pair).
+        self._last_task: tuple[str | None, str | None] = (None, None)
 
     def redact(self, record: dict[str, Any]) -> dict[str, Any]:
         """A redacted copy of a wire record (the behavior fields; chain fields untouched).
 
         Only the redacted fields are copied; the rest is shared with `record`, which is never
         modified.
+        """
+        return self.redact_checked(record)[0]
+
+    def redact_checked(self, record: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """`redact`, and whether the walk that looked for secrets also found the copy to be
+        made only of values RFC 8785 writes as the fast encoders do (what
+        ``charter._model.ijson`` checks before taking them): plain JSON types, ASCII keys,
+        integers within 2**53-1, floats without exponent or trailing ".0". False says
+        nothing (not checked, or not so); a store then checks for itself.
         """
         out = dict(record)
         texts: list[str] = []
@@ -279,40 +346,50 @@ class Redactor:
             texts.append(step_name)
         task_id = out.get("task_id")
         try:
-            named = False
-            for name in _MASKED_FIELDS:
-                value = out.get(name)
-                if value is not None:
-                    named = _scan(value, texts) or named
+            named, checked = _scan_all(list(map(out.get, _MASKED_FIELDS)), texts)
             joined = _JOIN.join(texts)
             found = named or (bool(texts) and contains_secret(joined))
-            if isinstance(task_id, str) and contains_secret(task_id):
-                digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass")).hexdigest()
-                out["task_id"] = "x-" + digest[:32]
+            if isinstance(task_id, str):
+                # A task's records come in runs: its id is judged once per run.
+                last, stored = self._last_task
+                if type(task_id) is not str or task_id != last:
+                    stored = None
+                    if contains_secret(task_id):
+                        digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass"))
+                        stored = "x-" + digest.hexdigest()[:32]
+                    self._last_task = (task_id, stored)
+                if stored is not None:
+                    out["task_id"] = stored
         except Exception as exc:
             self._failed(exc)
+            checked = False
             found = True  # cannot tell: mask field by field, which reports its own failures
             joined = "\ud800"  # and escape field by field
         if found:
             self._mask(out)
         altered = found or self.payload_mode != "full" or out.get("task_id") != task_id
-        try:
-            joined.encode("utf-8")
-        except UnicodeEncodeError:
-            altered = True
-            for name in ("step_name", *_MASKED_FIELDS):
-                if out.get(name) is not None:
-                    out[name] = _escaped(out[name])
+        # Masking and escaping build new values the walk did not see; every key the walk saw
+        # is in `joined`, so an ASCII `joined` means ASCII keys.
+        checked = checked and not found and joined.isascii() and _plain_top(out)
+        if not checked:
+            try:
+                joined.encode("utf-8")
+            except UnicodeEncodeError:
+                altered = True
+                for name in ("step_name", *_MASKED_FIELDS):
+                    if out.get(name) is not None:
+                        out[name] = _escaped(out[name])
         if altered:
             with self._lock:
                 self.altered += 1
         if self.payload_mode != "full":
+            # The shapes are made of the payload's own (checked) keys, text and integers.
             gate = out.get("kind") == "step.gate"
             for name in ("input", "output"):
                 value = out.get(name)
                 if isinstance(value, dict) and not (gate and name == "output"):
                     out[name] = self._shaped(value)
-        return out
+        return out, checked
 
     def _mask(self, out: dict[str, Any]) -> None:
         masker = _Masker()

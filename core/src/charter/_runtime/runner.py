@@ -129,7 +129,7 @@ class Runner:
             exporters=exporters,
             durability=settings.audit_durability,
             queue_size=settings.queue_size,
-            prepare=self._redactor.redact,
+            prepare=self._redactor.redact_checked,
             checkpointer=self._checkpointer,
         )
         self._sync = settings.audit_durability == "sync"

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from charter._audit.base import GAP_KEY, AuditStore, Gap, StoreError
+from charter._audit.chain import prepare_entry
 from charter._audit.location import open_store
 from charter._model.behavior import Behavior
 from charter._runtime.internal import report_internal_error
@@ -118,7 +119,7 @@ class AuditWriter:
         exporters: Iterable[ExporterLike] = (),
         durability: str = "buffered",
         queue_size: int = 10_000,
-        prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        prepare: Callable[[dict[str, Any]], tuple[dict[str, Any], bool]] | None = None,
         checkpointer: Checkpointer | None = None,
     ) -> None:
         self.location = location
@@ -347,11 +348,10 @@ class AuditWriter:
         """
         if not self.enabled or not records:
             return []
-        if self._prepare is not None:
-            records = [self._prepare(r) for r in records]
+        records, marks = self._prepared(records)
         try:
             store = self._store or self._open()
-            chained = store.append(records)
+            chained = store.append(_entries(store, records, records, marks))
         except Exception:
             with self._cond:
                 self.failed += len(records)
@@ -394,15 +394,24 @@ class AuditWriter:
                 self._done = batch[-1][0]
                 self._cond.notify_all()
 
+    def _prepared(
+        self, records: Sequence[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[bool]]:
+        """`records` prepared (redacted), and for each whether preparing checked it (see
+        `charter._audit.chain.prepare_entry`)."""
+        if self._prepare is None:
+            return list(records), [False] * len(records)
+        pairs = [self._prepare(r) for r in records]
+        return [r for r, _ in pairs], [ok for _, ok in pairs]
+
     def _write_batch(self, records: list[dict[str, Any]]) -> None:
-        if self._prepare is not None:
-            # Redaction runs here, off the agent's thread; nothing unprepared is ever written.
-            records = [self._prepare(r) for r in records]
+        # Redaction runs here, off the agent's thread; nothing unprepared is ever written.
+        records, marks = self._prepared(records)
         last_error = ""
         for attempt in range(len(_BACKOFF) + 1):
             try:
                 store = self._store or self._open()
-                chained = store.append(self._declared(records))
+                chained = store.append(_entries(store, self._declared(records), records, marks))
             except Exception as exc:
                 last_error = str(exc)
                 if attempt == 0:
@@ -418,10 +427,10 @@ class AuditWriter:
             with self._cond:
                 self._drop(records[0], "refused", last_error)
             return
-        for record in records:
+        for record, mark in zip(records, marks, strict=True):
             try:
                 store = self._store or self._open()
-                chained = store.append(self._declared([record]))
+                chained = store.append(_entries(store, self._declared([record]), [record], [mark]))
             except Exception as exc:
                 report_internal_error(exc, "audit.append")
                 with self._cond:
@@ -515,3 +524,27 @@ class AuditWriter:
             except Exception as exc:
                 report_internal_error(exc, "audit.close")
         return flushed
+
+
+def _entries(
+    store: AuditStore,
+    records: list[dict[str, Any]],
+    redacted: list[dict[str, Any]],
+    marks: list[bool],
+) -> list[Any]:
+    """What to hand `store.append`: `records` (the redacted ones, gaps declared), with each
+    that redaction checked and gap declaring left as it was prepared for the store here,
+    when the store takes that (a built-in store: its class sets ``_takes_prepared``).
+
+    A record the declaring copied is new to the check, so the store checks it itself; so
+    does a store of any other class, which gets the plain records.
+    """
+    if not any(marks) or vars(type(store)).get("_takes_prepared") is not True:
+        return records
+    try:
+        return [
+            prepare_entry(record, True) if mark and record is was else record
+            for record, was, mark in zip(records, redacted, marks, strict=True)
+        ]
+    except ValueError:  # refused: let the store's own preparing name it
+        return records
