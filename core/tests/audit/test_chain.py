@@ -286,3 +286,19 @@ def test_decode_json_reads_every_text_as_the_standard_library_does(
 def test_decode_json_reads_large_integers_as_the_doubles_they_denote(text: str) -> None:
     value = decode_json(text)
     assert all(type(n) is float for n in (value if isinstance(value, list) else value.values()))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"agent_id": "a", "task_id": "t"},
+        {"agent_id": "a", "input": {"x": 1}, "meta": {}, "properties": {}, "verb": None},
+        {"action_id": None, "kind": "k", "properties": [1.5], "step_name": "s", "z": True},
+        {"zz": "only after seq"},
+        {},
+    ],
+)
+def test_member_by_member_cuts_match_the_one_encoding_cuts(record: dict[str, Any]) -> None:
+    from charter._audit import chain
+
+    assert chain._groups_apart(record) == chain._groups(record)

@@ -136,9 +136,11 @@ def is_closing(entry: Mapping[str, Any]) -> bool:
 class PreparedEntry:
     """An entry checked and canonicalised up to its chain fields (which only the store knows).
 
-    The canonical object is split around the keys "hash", "prev_hash" and "seq" so that
-    sealing inside a store's write lock is a few byte joins and one SHA-256. A plain slotted
-    class (one is built per record written); treat it as read-only.
+    The canonical object is cut where the values of "hash", "prev_hash" and "seq" go
+    (`groups`: the bytes before "hash", between it and "prev_hash", between that and "seq",
+    and after it, with their commas and braces), so that sealing inside a store's write lock
+    is two byte formats and one SHA-256. A plain slotted class (one is built per record
+    written); treat it as read-only.
     """
 
     __slots__ = ("agent_id", "closing", "entry", "groups", "seq", "task_id")
@@ -176,7 +178,8 @@ class SealedEntry:
 
 
 def _groups_apart(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
-    """The canonical members of `record` in four runs split where the chain keys go."""
+    """The canonical members of `record` in four runs cut where the chain keys go (see
+    `PreparedEntry`)."""
     parts: tuple[dict[str, Any], ...] = ({}, {}, {}, {})
     for key, value in record.items():
         # Comparing with ASCII constants gives RFC 8785 (UTF-16) order for any key.
@@ -188,7 +191,12 @@ def _groups_apart(record: dict[str, Any]) -> tuple[bytes, bytes, bytes, bytes]:
             parts[2 if key < "seq" else 3][key] = value
     # Canonical objects minus their braces, so the runs join into one object.
     low, mid, high, top = (canonical_json(part)[1:-1] for part in parts)
-    return low, mid, high, top
+    return (
+        b"{" + low + b"," if low else b"{",
+        mid + b"," if mid else b"",
+        b"," + high + b"," if high else b",",
+        b"," + top + b"}" if top else b"}",
+    )
 
 
 # Stand-ins for the chain fields while a record is encoded once: random per process, never
@@ -222,11 +230,17 @@ def _groups(record: dict[str, Any], checked: bool = False) -> tuple[bytes, bytes
         whole = canonical_json(record | _STAND_INS)
     if whole.count(_NONCE_BYTES) != 3:
         return _groups_apart(record)
-    before, rest = whole[1:-1].split(_AT_HASH)
-    between, rest = rest.split(_AT_PREV)
-    after, last = rest.split(_AT_SEQ)
-    # Each run sits between commas: strip the separators the stand-ins took with them.
-    return before[:-1], between[1:-1], after[1:-1], last[1:]
+    # {low,"hash":H,mid,"prev_hash":P,high,"seq":S,top}: each stand-in is cut out with the
+    # comma after "hash" (which the sealed body writes itself).
+    at_hash = whole.index(_AT_HASH)
+    at_prev = whole.index(_AT_PREV, at_hash)
+    at_seq = whole.index(_AT_SEQ, at_prev)
+    return (
+        whole[:at_hash],
+        whole[at_hash + len(_AT_HASH) + 1 : at_prev],
+        whole[at_prev + len(_AT_PREV) : at_seq],
+        whole[at_seq + len(_AT_SEQ) :],
+    )
 
 
 def prepare_entry(entry: Mapping[str, Any], checked: bool = False) -> PreparedEntry:
@@ -294,15 +308,11 @@ def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
     everything that can be refused was refused by prepare_entry.
     """
     seq = prepared.seq if prepared.seq is not None else head.seq + 1
-    low, mid, high, top = prepared.groups
-    if head.hash is None:
-        prev = b'"prev_hash":null'
-    else:
-        prev = b'"prev_hash":"%s"' % head.hash.encode("ascii")
-    after = b",".join([p for p in (mid, prev, high, b'"seq":%d' % seq, top) if p])
-    before = b"{" + low + b"," if low else b"{"
-    digest = hashlib.sha256(before + after + b"}").hexdigest()
-    body = b'%s"hash":"%s",%s}' % (before, digest.encode("ascii"), after)
+    before, mid, high, top = prepared.groups
+    prev = b"null" if head.hash is None else b'"%s"' % head.hash.encode("ascii")
+    after = b'%s"prev_hash":%s%s"seq":%d%s' % (mid, prev, high, seq, top)
+    digest = hashlib.sha256(before + after).hexdigest()
+    body = b'%s"hash":"%s",%s' % (before, digest.encode("ascii"), after)
     record = prepared.entry.copy()
     record["seq"] = seq
     record["prev_hash"] = head.hash
