@@ -57,8 +57,8 @@ def is_high_value(record: Mapping[str, Any]) -> bool:
     if not isinstance(kind, str) or kind.startswith("task.") or kind == "step.gate":
         return True
     meta = record.get("meta")
-    if not isinstance(meta, Mapping):
-        return False
+    if not meta or (type(meta) is not dict and not isinstance(meta, Mapping)):
+        return False  # (an empty mapping holds no marker either)
     if meta.get("charter.outcome") == "blocked":
         return True
     verdict = meta.get("charter.eval")
@@ -145,6 +145,7 @@ class AuditWriter:
         self._done = 0
         self._in_flight = 0
         self._waiters = 0
+        self._idle = False  # the writer waits on `_cond` for records (submit must notify)
         self._stopping = False
         self._closed = False
         self.queued = 0
@@ -243,7 +244,8 @@ class AuditWriter:
                 self._low += not high
                 self.queued += 1
             if ticket:
-                self._cond.notify()
+                if self._idle:  # only an idle writer waits for records on `_cond`
+                    self._cond.notify()
                 if len(self._queue) >= BATCH_MAX:
                     self._hurry.notify()
         if dropped:
@@ -367,7 +369,11 @@ class AuditWriter:
         while True:
             with self._cond:
                 while not self._queue and not self._stopping:
-                    self._cond.wait()
+                    self._idle = True
+                    try:
+                        self._cond.wait()
+                    finally:
+                        self._idle = False
                 if not self._queue:
                     return
                 # Let a batch gather: woken per record, the writer would commit one record per
