@@ -36,6 +36,7 @@ __all__ = [
     "is_closing",
     "prepare_entry",
     "seal",
+    "seal_after",
 ]
 
 CHAIN_FIELDS = ("seq", "prev_hash", "hash")
@@ -260,26 +261,27 @@ def prepare_entry(entry: Mapping[str, Any], checked: bool = False) -> PreparedEn
     """
     if type(entry) is not dict and not isinstance(entry, Mapping):
         raise ValueError(f"an audit entry must be a mapping, not {type(entry).__name__}")
-    for name in ("prev_hash", "hash"):
-        if name in entry:
-            raise ValueError(
-                f"entry already carries {name!r}; the store assigns prev_hash and hash "
-                "(was an already chained record appended again?)"
-            )
-    seq = entry.get("seq")
+    # Written out rather than looped over: this runs for every record stored.
+    if "prev_hash" in entry or "hash" in entry:
+        name = "prev_hash" if "prev_hash" in entry else "hash"
+        raise ValueError(
+            f"entry already carries {name!r}; the store assigns prev_hash and hash "
+            "(was an already chained record appended again?)"
+        )
+    record = dict(entry)
+    seq = record.pop("seq", None)
     if "seq" in entry and (type(seq) is not int or not 1 <= seq <= MAX_SAFE_INT):
         raise ValueError(f"entry seq must be an int from 1, not {seq!r}")
-    agent_id = entry.get("agent_id")
-    task_id = entry.get("task_id")
+    agent_id = record.get("agent_id")
+    task_id = record.get("task_id")
     if not isinstance(agent_id, str):
         raise ValueError("entry needs a str 'agent_id' (it may be empty)")
     if not isinstance(task_id, str) or not task_id:
         raise ValueError("entry needs a non-empty str 'task_id'")
-    for name in ("kind", "timestamp"):
-        if not isinstance(entry.get(name), str):
-            raise ValueError(f"entry needs a str {name!r}")
-    record = dict(entry)
-    record.pop("seq", None)
+    if not isinstance(record.get("kind"), str):
+        raise ValueError("entry needs a str 'kind'")
+    if not isinstance(record.get("timestamp"), str):
+        raise ValueError("entry needs a str 'timestamp'")
     if not _STR_ONLY.issuperset(map(type, record)):
         for key in record:
             if not isinstance(key, str):
@@ -307,14 +309,21 @@ def seal(prepared: PreparedEntry, head: ChainHead) -> SealedEntry:
     Returns the chained record and its canonical bytes (the stored line/body). Never raises:
     everything that can be refused was refused by prepare_entry.
     """
-    seq = prepared.seq if prepared.seq is not None else head.seq + 1
+    return seal_after(prepared, head.seq, head.hash)
+
+
+def seal_after(prepared: PreparedEntry, head_seq: int, head_hash: str | None) -> SealedEntry:
+    """`seal` onto the head (`head_seq`, `head_hash`), for a store that keeps its heads as
+    plain values while it seals a batch (one `ChainHead` per record costs as much as the
+    formatting)."""
+    seq = prepared.seq if prepared.seq is not None else head_seq + 1
     before, mid, high, top = prepared.groups
-    prev = b"null" if head.hash is None else b'"%s"' % head.hash.encode("ascii")
+    prev = b"null" if head_hash is None else b'"%s"' % head_hash.encode("ascii")
     after = b'%s"prev_hash":%s%s"seq":%d%s' % (mid, prev, high, seq, top)
     digest = hashlib.sha256(before + after).hexdigest()
     body = b'%s"hash":"%s",%s' % (before, digest.encode("ascii"), after)
     record = prepared.entry.copy()
     record["seq"] = seq
-    record["prev_hash"] = head.hash
+    record["prev_hash"] = head_hash
     record["hash"] = digest
     return SealedEntry(record, body, digest, seq)

@@ -50,7 +50,7 @@ from charter._audit.chain import (
     canonical_json,
     check_seq,
     decode_json,
-    seal,
+    seal_after,
 )
 
 # Verification, checkpoints and the shared counters load on first use: a process that only
@@ -271,7 +271,8 @@ class SQLiteStore:
     def _seal_batch(
         self, conn: sqlite3.Connection, prepared: list[PreparedEntry]
     ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]], list[dict[str, Any]]]:
-        heads: dict[tuple[str, str], tuple[ChainHead, bool]] = {}
+        # (head seq, head hash, closed) per chain, as plain values: this runs per record.
+        heads: dict[tuple[str, str], tuple[int, str | None, bool]] = {}
         for item in prepared:
             key = (item.agent_id, item.task_id)
             if key not in heads:
@@ -280,20 +281,19 @@ class SQLiteStore:
                     "WHERE agent_id = ? AND task_id = ?",
                     key,
                 ).fetchone()
-                head = ChainHead(found[0], found[1]) if found else ChainHead()
-                heads[key] = (head, bool(found[2]) if found else False)
+                heads[key] = (found[0], found[1], bool(found[2])) if found else (0, None, False)
         rows: list[tuple[Any, ...]] = []
         chained: list[dict[str, Any]] = []
         for item in prepared:
             key = (item.agent_id, item.task_id)
-            head, closed = heads[key]
+            head_seq, head_hash, closed = heads[key]
             if closed:
                 raise closed_error(item.task_id, item.agent_id, self.location)
-            refused = check_seq(item, head)
-            if refused is not None:
-                raise seq_error(refused, item.task_id, self.location)
-            sealed = seal(item, head)
-            heads[key] = (ChainHead(sealed.seq, sealed.hash), item.closing)
+            if item.seq is not None and item.seq <= head_seq:
+                refused = check_seq(item, ChainHead(head_seq, head_hash))
+                raise seq_error(refused or "", item.task_id, self.location)
+            sealed = seal_after(item, head_seq, head_hash)
+            heads[key] = (sealed.seq, sealed.hash, item.closing)
             record = sealed.entry
             rows.append(
                 (
@@ -301,14 +301,14 @@ class SQLiteStore:
                     item.task_id,
                     sealed.seq,
                     sealed.hash,
-                    head.hash,
+                    head_hash,
                     record["kind"],
                     record["timestamp"],
                     sealed.body.decode("utf-8"),
                 )
             )
             chained.append(record)
-        head_rows = [(a, t, h.seq, h.hash, int(c)) for (a, t), (h, c) in heads.items()]
+        head_rows = [(a, t, seq, h, int(c)) for (a, t), (seq, h, c) in heads.items()]
         return rows, head_rows, chained
 
     def head(self, agent_id: str, task_id: str) -> ChainHead:
