@@ -17,7 +17,8 @@ from pathlib import Path
 
 # Loaded on demand only: checkpoints and signing need a signing key, verification a
 # `verify` call, counters a shared limit, logging a message, the model-client lifecycle a
-# model call; a pinned hook reads no manifest and parses no YAML.
+# model call, difflib a misspelled template key; a pinned hook reads no manifest and parses
+# no YAML.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -33,6 +34,7 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._runtime.otlp",
     "charter._server",
     "decimal",
+    "difflib",
     "logging",
     "random",
     "secrets",

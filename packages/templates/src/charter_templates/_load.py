@@ -5,7 +5,6 @@ PyYAML is imported only when a file is read, so `import charter_templates` stays
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 import re
@@ -176,6 +175,8 @@ def _known_keys(
 ) -> None:
     for key in entry:
         if key not in allowed:
+            import difflib  # only to suggest a fix for a misspelled key
+
             close = difflib.get_close_matches(key, allowed, n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             check.fail(_key(where, key), f"unknown key {key!r}", _one_of(allowed) + hint)
