@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from charter import Behavior, Decision, EvalContext, PolicyEngine, PolicyResult, Severity
+from charter._engine.engine import EvaluationDeadline
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -336,3 +338,133 @@ def test_the_field_paths_walk_stops_at_the_same_depth() -> None:
             for _ in range(depth):
                 value = wrap(value)
             assert _field_paths(value) == _field_paths_reference(value), (depth, wrap)
+
+
+# Policies whose verdict the step's kind, verb, name and agent fix (judged once per choice and
+# remembered), beside ones that read more: the context's declared tools, the task, the input.
+IDENTITY: list[dict[str, Any]] = [
+    {"name": "no-deletes", "rule_type": "deny", "severity": "high", "match": {"verbs": ["DELETE"]}},
+    {
+        "name": "reads-or-shell",
+        "rule_type": "any_of",
+        "severity": "medium",
+        "params": {
+            "conditions": [
+                {"rule_type": "field_in", "params": {"field": "verb", "values": ["GET"]}},
+                {
+                    "rule_type": "field_matches",
+                    "params": {"field": "step_name", "pattern": "^(Bash|Read)$", "mode": "require"},
+                },
+            ]
+        },
+    },
+    {
+        "name": "not-model",
+        "rule_type": "not",
+        "severity": "low",
+        "params": {
+            "condition": {
+                "rule_type": "field_in",
+                "params": {"field": "kind", "values": ["step.model"]},
+            }
+        },
+    },
+    {
+        "name": "this-agent",
+        "rule_type": "all_of",
+        "severity": "critical",
+        "params": {
+            "conditions": [
+                {"rule_type": "field_in", "params": {"field": "agent_id", "values": ["agent"]}},
+                {
+                    "rule_type": "field_not_in",
+                    "params": {"field": "step_name", "values": ["Write"]},
+                },
+            ]
+        },
+    },
+    {"name": "listed", "rule_type": "allow_only", "severity": "high", "params": {"tools": ["B*"]}},
+    {"name": "declared", "rule_type": "allow_only", "severity": "high", "params": {}},
+    {
+        "name": "first-task",
+        "rule_type": "field_in",
+        "severity": "high",
+        "params": {"field": "task_id", "values": ["t1"]},
+    },
+    {
+        "name": "mixed",
+        "rule_type": "any_of",
+        "severity": "critical",
+        "params": {
+            "conditions": [
+                {"rule_type": "field_in", "params": {"field": "step_name", "values": ["Read"]}},
+                {
+                    "rule_type": "field_compare",
+                    "params": {"field": "input.amount", "op": "<=", "value": 100},
+                },
+            ]
+        },
+    },
+]
+
+BY_NAME = {p["name"]: p for p in IDENTITY}
+CONTEXTS = {
+    (task, tools): EvalContext(agent_id="agent", task_id=task, declared_tools=tools)
+    for task in ("t1", "t2")
+    for tools in (None, ("Bash",), ("Read", "Write"))
+}
+
+judged_steps = st.tuples(
+    st.builds(
+        lambda kind, verb, name, amount, task: Behavior(
+            agent_id="agent",
+            task_id=task,
+            kind=kind,
+            verb=verb if kind == "step.resource" else None,
+            step_name=name,
+            input={"amount": amount},
+        ),
+        st.sampled_from(["step.exec", "step.model", "step.resource"]),
+        st.sampled_from(["GET", "POST", "DELETE"]),
+        st.sampled_from(["Bash", "Read", "Write"]),
+        st.integers(0, 200),
+        st.sampled_from(["t1", "t2"]),
+    ),
+    st.sampled_from([None, ("Bash",), ("Read", "Write")]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(judged_steps, min_size=1, max_size=10))
+def test_verdicts_fixed_by_a_step_s_identity_are_what_a_fresh_engine_gives(
+    judged: list[tuple[Behavior, tuple[str, ...] | None]],
+) -> None:
+    # A remembered verdict is reused only for a policy that reads nothing but the step's kind,
+    # verb, name and agent; one reading the declared tools, the task or the input is judged
+    # again on every step.
+    engine = PolicyEngine(IDENTITY)
+    for behavior, tools in judged:
+        ctx = CONTEXTS[(behavior.task_id, tools)]
+        fresh = PolicyEngine(IDENTITY).evaluate(behavior, ctx)
+        assert engine.evaluate(behavior, ctx) == fresh
+        for result in fresh.results:
+            alone = PolicyEngine([BY_NAME[result.name]]).evaluate(behavior, ctx).results
+            assert alone == (result,)
+
+
+def test_the_deadline_is_asked_only_while_a_rule_may_still_run() -> None:
+    engine = PolicyEngine(IDENTITY[:5] + IDENTITY[6:])
+    asked: list[int] = []
+
+    def out_of_time() -> bool:
+        asked.append(1)
+        return False
+
+    behavior = step(amount=5)
+    result = engine.evaluate(behavior, CTX, out_of_time=out_of_time)
+    assert result == PolicyEngine(IDENTITY[:5] + IDENTITY[6:]).evaluate(behavior, CTX)
+    # Two policies run a rule per step (first-task, mixed): asked after the first only.
+    assert len(asked) == 1
+    with pytest.raises(EvaluationDeadline) as late:
+        engine.evaluate(behavior, CTX, out_of_time=lambda: True)
+    assert (late.value.judged, late.value.total) == (6, 7)

@@ -30,6 +30,7 @@ from charter._policy.policy import (
     Severity,
     compile_policies,
 )
+from charter._policy.rules._fixed import fixed_by_identity
 from charter._policy.rules._indexes import CallIndex, SaidIndex
 from charter._policy.sets import PatternSet, pattern_sets
 
@@ -216,23 +217,47 @@ _ALLOWED = _reason(Decision.ALLOW, None)
 
 
 # One applicable policy as evaluate walks it: the policy, its selector's match, the fields
-# its rule reads, its complying result, and its pattern set with its index there (or None).
+# its rule reads in the payloads, its complying result, its pattern set with its index there
+# (or None), and whether its verdict is fixed by the step's identity (`fixed_by_identity`).
 _Planned = tuple[
     CompiledPolicy,
     Callable[[Behavior], bool],
     tuple[FieldPath, ...],
     "PolicyResult",
     tuple[PatternSet, int] | None,
+    bool,
 ]
-# A planned policy whose selector matched the step: its index in the plan, then as above
-# without the selector.
-_Chosen = tuple[
+# A planned policy whose selector matched the step: its position among the chosen, its index
+# in the plan, the policy, its payload reads, complying result and pattern set as above, its
+# result when fixed by the step's identity (else None), and whether a later chosen policy may
+# still run a rule (the deadline is only asked then).
+_Entry = tuple[
+    int,
     int,
     CompiledPolicy,
     tuple[FieldPath, ...],
     "PolicyResult",
     tuple[PatternSet, int] | None,
+    "PolicyResult | None",
+    bool,
 ]
+
+
+class _Choice:
+    """The policies that judge the steps of one (context, kind, verb, name), as `evaluate`
+    walks them: `entries` in plan order, `complying` (every entry's complying result, the
+    results of a step none of them flags), `payload` (whether an entry judged per step reads
+    the input or properties, so lost values matter) and `last` (the plan's last index)."""
+
+    __slots__ = ("complying", "entries", "last", "payload")
+
+    def __init__(self, entries: tuple[_Entry, ...], last: int) -> None:
+        self.entries = entries
+        self.complying = tuple(e[4] for e in entries)
+        self.payload = any(e[6] is None and e[3] for e in entries)
+        self.last = last
+
+
 _MATCH_MEMORY = 4096
 
 
@@ -261,7 +286,7 @@ class PolicyEngine:
         self._loaded = False
         self._source: str | None = None
         self._applicable: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        self._chosen: dict[tuple[Any, ...], tuple[_Chosen, ...]] = {}
+        self._chosen: dict[tuple[Any, ...], _Choice] = {}
         self._tasks: dict[str, TaskHistory] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()
         self._closed_memory = closed_task_memory
@@ -285,7 +310,12 @@ class PolicyEngine:
             raise PolicyLoadError([str(p) for p in problems], source or "policy set")
         with self._lock:
             self._compiled = tuple(compiled)
-            self._reads = {id(c): _field_paths(c.prepared) for c in self._compiled}
+            self._reads = {
+                id(c): tuple(
+                    p for p in _field_paths(c.prepared) if p.root in ("input", "properties")
+                )
+                for c in self._compiled
+            }
             self._complies = {id(c): _complying(c) for c in self._compiled}
             self._sets = pattern_sets(
                 [
@@ -370,6 +400,7 @@ class PolicyEngine:
                     self._reads.get(id(c), ()),
                     self._complies[id(c)],
                     self._sets.get(id(c)),
+                    fixed_by_identity(c.spec.fn, c.prepared),
                 )
                 for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
             )
@@ -394,8 +425,11 @@ class PolicyEngine:
         Refuses (ValueError) a context that names another task or agent than the step.
 
         `out_of_time` is the caller's deadline (the engine reads no clock): it is asked after
-        each policy, and when it answers True with policies left to judge, EvaluationDeadline
-        is raised instead of a verdict that would have skipped them.
+        each policy whose rule ran while a later policy may still run one, and when it answers
+        True, EvaluationDeadline is raised instead of a verdict that would have skipped them.
+        A result known without running a rule is not followed by a question: one a pattern
+        set already searched for this step clears, and one fixed by the step's kind, verb and
+        name (a rule reading nothing else is judged once per such choice and remembered).
 
         `shared` holds the counts read outside the task for the step's `shared_demands`
         (counter key -> what it held before this step); a policy counting outside the task
@@ -416,48 +450,57 @@ class PolicyEngine:
                 # on this shared empty history never receive steps, so sharing it is safe.
                 history = self._empty_history
             ctx = RuleContext(context, history, shared)
-            results: list[PolicyResult] = []
-            chosen, last = self._chosen_for(context, intended)
+            choice = self._chosen_for(context, intended, ctx)
             # One walk over both payloads: a list holding them is lost exactly when one is.
-            lost = is_lost([intended.input, intended.properties])
+            lost = choice.payload and is_lost([intended.input, intended.properties])
+            # Built only once a policy is flagged: until then every result is the complying one.
+            results: list[PolicyResult] | None = None
             # Each pattern set searched for this step: its hits, or None for a missing field.
-            searched: dict[int, set[int] | None] = {}
-            flagged = False
-            for i, c, reads, complies, grouped in chosen:
-                result = _unjudgeable(c, reads, intended) if lost else None
-                if result is None:
-                    if grouped is None:
+            searched: dict[PatternSet, set[int] | None] = {}
+            for pos, i, c, reads, complies, grouped, fixed, more in choice.entries:
+                if fixed is not None:
+                    result = fixed
+                else:
+                    worked = True
+                    unjudgeable = _unjudgeable(c, reads, intended) if lost else None
+                    if unjudgeable is not None:
+                        result = unjudgeable
+                    elif grouped is None:
                         result = _judge(c, intended, ctx, complies)
                     else:
                         pset, index = grouped
-                        skey = id(pset)
-                        if skey in searched:
-                            hits = searched[skey]
+                        if pset in searched:
+                            hits = searched[pset]
+                            worked = False
                         else:
-                            hits = searched[skey] = _search(pset, intended)
+                            hits = searched[pset] = _search(pset, intended)
                         if hits is not None and index not in hits:
                             result = complies
                         else:
                             result = _judge(c, intended, ctx, complies)
-                results.append(result)
+                            worked = True
+                    if worked and more and out_of_time is not None and out_of_time():
+                        raise EvaluationDeadline(i + 1, choice.last + 1)
                 # A policy's only non-violated result is its shared complying one.
-                flagged = flagged or result is not complies
-                if out_of_time is not None and i < last and out_of_time():
-                    raise EvaluationDeadline(i + 1, last + 1)
-        if flagged:
-            decision, risk, reason = _aggregate(results)
-        else:
-            decision, risk, reason = Decision.ALLOW, 0.0, _ALLOWED
+                if result is not complies:
+                    if results is None:
+                        results = list(choice.complying[:pos])
+                    results.append(result)
+                elif results is not None:
+                    results.append(result)
+        if results is None:
+            return EvalResult(
+                Decision.ALLOW, 0.0, choice.complying, intended.action_id, None, _ALLOWED
+            )
+        decision, risk, reason = _aggregate(results)
         return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
 
-    def _chosen_for(
-        self, context: EvalContext, intended: Behavior
-    ) -> tuple[tuple[_Chosen, ...], int]:
-        """The planned policies whose selector matches `intended` (each with its index in the
-        plan), and the plan's last index. A selector reads only the step's kind, verb and
-        name, so the choice is remembered per (context, kind, verb, name), up to
-        `_MATCH_MEMORY` choices (agent-chosen names cannot grow it without bound)."""
-        plan = self._plan_for(context)
+    def _chosen_for(self, context: EvalContext, intended: Behavior, ctx: RuleContext) -> _Choice:
+        """The planned policies whose selector matches `intended`, with the results of those
+        whose verdict its identity fixes (judged here, on `intended`). A selector and such a
+        verdict read only the step's kind, verb and name (and the agent, the context's), so
+        the choice is remembered per (context, kind, verb, name), up to `_MATCH_MEMORY`
+        choices (agent-chosen names cannot grow it without bound)."""
         key = (
             context.environment,
             context.risk_classification,
@@ -466,17 +509,26 @@ class PolicyEngine:
             intended.verb,
             intended.step_name,
         )
-        chosen = self._chosen.get(key)
-        if chosen is None:
-            chosen = tuple(
-                (i, c, reads, complies, grouped)
-                for i, (c, matches, reads, complies, grouped) in enumerate(plan)
+        choice = self._chosen.get(key)
+        if choice is None:
+            plan = self._plan_for(context)
+            picked = [
+                (i, c, reads, complies, grouped, _fixed(c, intended, ctx, complies, by_identity))
+                for i, (c, matches, reads, complies, grouped, by_identity) in enumerate(plan)
                 if matches(intended)
-            )
+            ]
+            entries: list[_Entry] = []
+            work_after = False  # whether an entry after this one may run a rule
+            for pos in range(len(picked) - 1, -1, -1):
+                i, c, reads, complies, grouped, fixed = picked[pos]
+                entries.append((pos, i, c, reads, complies, grouped, fixed, work_after))
+                work_after = work_after or fixed is None
+            entries.reverse()
+            choice = _Choice(tuple(entries), len(plan) - 1)
             if len(self._chosen) >= _MATCH_MEMORY:
                 self._chosen.clear()
-            self._chosen[key] = chosen
-        return chosen, len(plan) - 1
+            self._chosen[key] = choice
+        return choice
 
     def shared_demands(
         self, intended: Behavior, context: EvalContext
@@ -979,6 +1031,25 @@ def _complying(c: CompiledPolicy) -> PolicyResult:
     """The result of `c` on a step it complies with: the same for every such step."""
     p = c.policy
     return PolicyResult(p.name, p.rule_type, p.severity, False, None, c.ask, p.description)
+
+
+def _fixed(
+    c: CompiledPolicy, step: Behavior, ctx: RuleContext, complies: PolicyResult, by_identity: bool
+) -> PolicyResult | None:
+    """The result of `c` for every step with `step`'s identity, when its verdict reads nothing
+    else (`fixed_by_identity`); None to judge it on each step (also when its rule raised here:
+    an error is never remembered as the verdict)."""
+    if not by_identity:
+        return None
+    p = c.policy
+    try:
+        verdict = c.spec.fn(step, c.prepared, ctx)
+    except Exception:
+        return None
+    if verdict:
+        return complies
+    details = getattr(verdict, "detail", None)
+    return PolicyResult(p.name, p.rule_type, p.severity, True, details, c.ask, p.description)
 
 
 def _search(pset: PatternSet, step: Behavior) -> set[int] | None:
