@@ -468,3 +468,35 @@ def test_the_deadline_is_asked_only_while_a_rule_may_still_run() -> None:
     with pytest.raises(EvaluationDeadline) as late:
         engine.evaluate(behavior, CTX, out_of_time=lambda: True)
     assert (late.value.judged, late.value.total) == (6, 7)
+
+
+lost_values = st.recursive(
+    st.one_of(
+        st.sampled_from(["ls", "…[max depth]", "…[uncapturable ValueError]", "x…[max depth]"]),
+        st.integers(0, 3),
+        st.none(),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.sampled_from(["a", "b", "value"]), inner, max_size=3),
+    ),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.dictionaries(st.sampled_from(["a", "b", "value"]), lost_values, max_size=3),
+    st.lists(st.sampled_from(["a", "b", "value"]), min_size=1, max_size=3),
+)
+def test_a_lost_value_on_a_plain_path_is_found_as_the_general_walk_finds_it(
+    payload: dict[str, Any], keys: list[str]
+) -> None:
+    from charter._engine.engine import _lost_along
+    from charter._model.paths import parse_path
+
+    behavior = step(**payload)
+    simple = parse_path("input." + ".".join(keys))
+    general = parse_path("input." + ".".join(keys))
+    general._simple = False  # the walk every path shape takes
+    assert _lost_along(simple, behavior) == _lost_along(general, behavior)

@@ -214,6 +214,39 @@ def _reason(decision: Decision, r: PolicyResult | None) -> str:
 
 # The reason of a step no policy flagged (what `_aggregate` gives for it).
 _ALLOWED = _reason(Decision.ALLOW, None)
+# An enum member read from its class costs about as much as a small function call.
+_ALLOW = Decision.ALLOW
+
+
+class _Draft:
+    """An EvalResult being built: the same slots, assignable. The frozen dataclass's own
+    __init__ sets each field through ``object.__setattr__``, which costs about a quarter of
+    judging an allowed step; `_verdict` assigns the slots here, then gives the object
+    EvalResult's class (the layouts are the same, so CPython allows it)."""
+
+    __slots__ = EvalResult.__slots__
+
+
+def _verdict(
+    decision: Decision,
+    risk: float,
+    results: tuple[PolicyResult, ...],
+    action_id: str | None,
+    reason: str,
+) -> EvalResult:
+    """``EvalResult(decision, risk, results, action_id, None, reason)``, built faster."""
+    r: Any = _Draft()
+    r.decision = decision
+    r.risk_score = risk
+    r.results = results
+    r.action_id = action_id
+    r.recorded_seq = None
+    r.reason = reason
+    r.monitored = False
+    r.failed_open = False
+    r.__class__ = EvalResult
+    built: EvalResult = r
+    return built
 
 
 # One applicable policy as evaluate walks it: the policy, its selector's match, the fields
@@ -246,15 +279,20 @@ _Entry = tuple[
 class _Choice:
     """The policies that judge the steps of one (context, kind, verb, name), as `evaluate`
     walks them: `entries` in plan order, `complying` (every entry's complying result, the
-    results of a step none of them flags), `payload` (whether an entry judged per step reads
-    the input or properties, so lost values matter) and `last` (the plan's last index)."""
+    results of a step none of them flags), `paths` (the input and properties fields read by
+    the entries judged per step, each once: where a lost value matters) and `last` (the
+    plan's last index)."""
 
-    __slots__ = ("complying", "entries", "last", "payload")
+    __slots__ = ("complying", "entries", "last", "paths")
 
     def __init__(self, entries: tuple[_Entry, ...], last: int) -> None:
         self.entries = entries
         self.complying = tuple(e[4] for e in entries)
-        self.payload = any(e[6] is None and e[3] for e in entries)
+        found: dict[str, FieldPath] = {}
+        for e in entries:
+            if e[6] is None:
+                found.update((p.text, p) for p in e[3])
+        self.paths = tuple(found.values())
         self.last = last
 
 
@@ -451,8 +489,12 @@ class PolicyEngine:
                 history = self._empty_history
             ctx = RuleContext(context, history, shared)
             choice = self._chosen_for(context, intended, ctx)
-            # One walk over both payloads: a list holding them is lost exactly when one is.
-            lost = choice.payload and is_lost([intended.input, intended.properties])
+            # Only the fields read by the policies judged on this step can make one unjudgeable.
+            lost = False
+            for path in choice.paths:
+                if _lost_along(path, intended):
+                    lost = True
+                    break
             # Built only once a policy is flagged: until then every result is the complying one.
             results: list[PolicyResult] | None = None
             # Each pattern set searched for this step: its hits, or None for a missing field.
@@ -489,11 +531,9 @@ class PolicyEngine:
                 elif results is not None:
                     results.append(result)
         if results is None:
-            return EvalResult(
-                Decision.ALLOW, 0.0, choice.complying, intended.action_id, None, _ALLOWED
-            )
+            return _verdict(_ALLOW, 0.0, choice.complying, intended.action_id, _ALLOWED)
         decision, risk, reason = _aggregate(results)
-        return EvalResult(decision, risk, tuple(results), intended.action_id, None, reason)
+        return _verdict(decision, risk, tuple(results), intended.action_id, reason)
 
     def _chosen_for(self, context: EvalContext, intended: Behavior, ctx: RuleContext) -> _Choice:
         """The planned policies whose selector matches `intended`, with the results of those
@@ -980,6 +1020,21 @@ def _lost_along(path: FieldPath, step: Behavior) -> bool:
     """Whether the value at `path`, or a container on the way to it, could not be captured
     (so the field may be hidden in it)."""
     root = getattr(step, path.root, None)
+    if path._simple:
+        # Plain keys, the common case: one value at most on the way, walked without lists.
+        v = root
+        if type(v) is dict and len(v) == 1 and path.steps and path.steps[0] not in v:
+            # See the wrapped payload below: the walk would find nothing else.
+            (v,) = v.values()
+            return type(v) is str and v.startswith(LOST_MARKS)
+        for key in path.steps:
+            if type(v) is dict and key in v:
+                v = v[key]
+            else:
+                return type(v) is str and v.startswith(LOST_MARKS)
+        if type(v) is str:
+            return v.startswith(LOST_MARKS)
+        return is_lost(v)
     if type(root) is dict and len(root) == 1 and path.steps and path.steps[0] not in root:
         # A payload that was not an object is wrapped in one key ({"value": ...}): lost
         # there, it hides every field.
