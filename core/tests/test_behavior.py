@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from charter import ActionKind, Behavior, Outcome, Verb, verbs_for
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def make(**kw: object) -> Behavior:
@@ -215,3 +218,81 @@ def test_an_adopted_record_keeps_the_enum_members() -> None:
     b = Behavior._adopt(dict(_GOOD_WIRE))
     assert type(b.kind) is ActionKind and type(b.verb) is Verb
     assert b == Behavior.from_dict(_GOOD_WIRE)
+
+
+def test_defaults_are_made_per_behavior_and_none_is_no_default() -> None:
+    a, b = make(), make()
+    assert a.properties == {} and a.meta == {}
+    assert a.properties is not b.properties and a.meta is not b.meta
+    assert a.input is None and a.output is None and a.verb is None and a.seq is None
+    for name in ("properties", "meta", "timestamp"):
+        with pytest.raises(ValueError, match=name):
+            make(**{name: None})
+    assert dataclasses.replace(a, seq=3) == dataclasses.replace(a, seq=3)
+    assert dataclasses.replace(a, seq=3).timestamp == a.timestamp
+
+
+def test_a_name_checked_once_is_still_refused_when_it_is_not_the_same_text() -> None:
+    class Lying(str):
+        def __eq__(self, other: object) -> bool:
+            return True
+
+        def __hash__(self) -> int:
+            return hash("bad\nname")
+
+    make(step_name=Lying("fine"), task_id=Lying("fine"))
+    with pytest.raises(ValueError, match="control character"):
+        make(step_name="bad\nname")
+    with pytest.raises(ValueError, match="task_id"):
+        make(task_id="bad\nname")
+
+
+def test_copies_pickles_and_derives_like_the_dataclass_it_is() -> None:
+    import copy
+    import pickle
+
+    from charter._model.behavior import derived
+
+    b = make(input={"command": "ls", "n": [1, {"x": None}]}, action_id="a1", seq=2)
+    assert pickle.loads(pickle.dumps(b)) == b
+    assert copy.copy(b) == b and copy.deepcopy(b) == b
+    changed = derived(b, {"meta": {"charter.outcome": "ok"}, "output": {}})
+    assert type(changed) is Behavior
+    assert changed == dataclasses.replace(b, meta={"charter.outcome": "ok"}, output={})
+    assert changed.input is b.input  # not validated nor copied: only for Charter's own values
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        changed.seq = 3  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no field 'sequence'"):
+        derived(b, {"sequence": 3})
+
+
+json_like = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**60), 2**60),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=5),
+        st.binary(max_size=2),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.tuples(inner),
+        st.dictionaries(st.one_of(st.text(max_size=3), st.integers(0, 2)), inner, max_size=3),
+    ),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_like)
+def test_the_payload_copy_gives_what_the_path_naming_copy_gives(value: Any) -> None:
+    from charter._model.ijson import _named_copy, checked_copy
+
+    def outcome(copy: Any) -> Any:
+        try:
+            return ("copied", copy(value, "input"))
+        except ValueError as exc:
+            return ("refused", str(exc))
+
+    assert outcome(checked_copy) == outcome(_named_copy)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -105,7 +106,15 @@ def _check_verb(kind: ActionKind, verb: object) -> Verb | None:
     return v
 
 
+_KIND_BY_VALUE = {k.value: k for k in ActionKind}
+
+
 def _check_kind(kind: object) -> ActionKind:
+    if type(kind) is ActionKind:
+        return kind
+    found = _KIND_BY_VALUE.get(kind) if type(kind) is str else None
+    if found is not None:
+        return found
     try:
         return ActionKind(str(kind))
     except ValueError:
@@ -127,7 +136,40 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+class _Default:
+    """The default of a field computed per behavior (the current time, a new dict); its repr
+    is what the constructor's signature shows."""
+
+    __slots__ = ("_text",)
+
+    def __init__(self, text: str) -> None:
+        self._text = text
+
+    def __repr__(self) -> str:
+        return self._text
+
+
+_NOW: Any = _Default("<now, UTC>")
+_EMPTY: Any = _Default("{}")
+
+# Identifiers and step names already found valid: they repeat on every step of a task (the
+# agent, the task, the tool), and a lookup costs a fraction of the checks. Bounded (cleared
+# when full): agents choose step names.
+_VALID_MEMORY = 4096
+_valid_agents: dict[str, None] = {}
+_valid_tasks: dict[str, None] = {}
+_valid_names: dict[str, None] = {}
+
+
+def _remember(valid: dict[str, None], value: str) -> None:
+    # Plain strings only: a subclass could compare equal to anything.
+    if type(value) is str:
+        if len(valid) >= _VALID_MEMORY:
+            valid.clear()
+        valid[value] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True, init=False)
 class Behavior:
     """One agent step, as an intent (``output is None``) or an outcome.
 
@@ -151,10 +193,59 @@ class Behavior:
     properties: dict[str, Any] = field(default_factory=dict)
     meta: dict[str, Any] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        self._check(copy=True)
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        task_id: str,
+        kind: ActionKind,
+        step_name: str,
+        verb: Verb | None = None,
+        action_id: str | None = None,
+        seq: int | None = None,
+        timestamp: datetime = _NOW,
+        input: dict[str, Any] | None = None,
+        output: dict[str, Any] | None = None,
+        properties: dict[str, Any] = _EMPTY,
+        meta: dict[str, Any] = _EMPTY,
+    ) -> None:
+        # Checked in the order `_check` checks, into locals, then each slot set once: a frozen
+        # dataclass's generated __init__ sets each field through object.__setattr__, and a
+        # step is built on every gate.
+        if type(agent_id) is not str or agent_id not in _valid_agents:
+            _remember(_valid_agents, check_identifier("agent_id", agent_id))
+        if type(task_id) is not str or task_id not in _valid_tasks:
+            _remember(_valid_tasks, check_identifier("task_id", task_id))
+        if action_id is not None:
+            check_identifier("action_id", action_id)
+        kind = _check_kind(kind)
+        verb = _check_verb(kind, verb)
+        if type(step_name) is not str or step_name not in _valid_names:
+            _remember(_valid_names, check_step_name(step_name))
+        if seq is not None and (type(seq) is not int or seq < 1):
+            raise ValueError(f"seq {seq!r}: must be a positive integer or None")
+        timestamp = _now() if timestamp is _NOW else _check_timestamp(timestamp)
+        if input is not None:
+            input = _checked_object(input, "input")
+        if output is not None:
+            output = _checked_object(output, "output")
+        properties = {} if properties is _EMPTY else _checked_object(properties, "properties")
+        meta = {} if meta is _EMPTY else _checked_object(meta, "meta")
+        _put_agent_id(self, agent_id)
+        _put_task_id(self, task_id)
+        _put_kind(self, kind)
+        _put_step_name(self, step_name)
+        _put_verb(self, verb)
+        _put_action_id(self, action_id)
+        _put_seq(self, seq)
+        _put_timestamp(self, timestamp)
+        _put_input(self, input)
+        _put_output(self, output)
+        _put_properties(self, properties)
+        _put_meta(self, meta)
 
-    def _check(self, *, copy: bool) -> None:
+    def _check_adopted(self) -> None:
+        """The constructor's checks on fields already set, payloads taken as they are."""
         set_ = object.__setattr__
         check_identifier("agent_id", self.agent_id)
         check_identifier("task_id", self.task_id)
@@ -171,9 +262,7 @@ class Behavior:
             value = getattr(self, name)
             if value is None and name in ("input", "output"):
                 continue
-            if copy:
-                set_(self, name, _checked_object(value, name))
-            elif type(value) is not dict:
+            if type(value) is not dict:
                 raise ValueError(
                     f"{name}: must be a dict (an I-JSON object), not {type(value).__name__}"
                 )
@@ -239,7 +328,7 @@ class Behavior:
         set_ = object.__setattr__
         for name in _FIELD_NAMES:
             set_(b, name, fields.get(name))
-        b._check(copy=False)
+        b._check_adopted()
         return b
 
 
@@ -257,6 +346,62 @@ _FIELD_NAMES = (
     "properties",
     "meta",
 )
+
+
+class _Draft:
+    """A Behavior being derived: the same slots, plainly assignable (see `derived`)."""
+
+    __slots__ = Behavior.__slots__
+
+
+def derived(b: Behavior, changes: dict[str, Any]) -> Behavior:
+    """A copy of `b` with `changes` (field name -> value), not validated: only for values
+    Charter made itself (see the runner's `derive`).
+
+    The copy is filled as a `_Draft` and then given Behavior's class, which CPython allows
+    between classes with the same slots: slot assignment costs a fraction of the slot
+    descriptors' setters, and the runner derives several behaviors per step.
+    """
+    d: Any = _Draft()
+    d.agent_id = b.agent_id
+    d.task_id = b.task_id
+    d.kind = b.kind
+    d.step_name = b.step_name
+    d.verb = b.verb
+    d.action_id = b.action_id
+    d.seq = b.seq
+    d.timestamp = b.timestamp
+    d.input = b.input
+    d.output = b.output
+    d.properties = b.properties
+    d.meta = b.meta
+    for name, value in changes.items():
+        if name not in _FIELD_NAMES:
+            raise TypeError(f"Behavior has no field {name!r}")
+        setattr(d, name, value)
+    d.__class__ = Behavior
+    out: Behavior = d
+    return out
+
+
+# Each field's slot setter, which the frozen class's own __setattr__ would refuse.
+def _setter(name: str) -> Callable[[Behavior, Any], None]:
+    setter: Callable[[Behavior, Any], None] = vars(Behavior)[name].__set__
+    return setter
+
+
+_put_agent_id = _setter("agent_id")
+_put_task_id = _setter("task_id")
+_put_kind = _setter("kind")
+_put_step_name = _setter("step_name")
+_put_verb = _setter("verb")
+_put_action_id = _setter("action_id")
+_put_seq = _setter("seq")
+_put_timestamp = _setter("timestamp")
+_put_input = _setter("input")
+_put_output = _setter("output")
+_put_properties = _setter("properties")
+_put_meta = _setter("meta")
 
 
 def _fields(data: dict[str, Any]) -> dict[str, Any]:

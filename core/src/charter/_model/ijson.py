@@ -32,6 +32,10 @@ __all__ = ["MAX_SAFE_INT", "canonical_digest", "canonical_json", "checked_copy"]
 MAX_SAFE_INT = 2**53 - 1
 
 
+class _NotIJson(Exception):
+    """Raised by `_copy` at the first value that is not I-JSON; `_named_copy` names it."""
+
+
 def checked_copy(value: Any, path: str) -> Any:
     """Return a deep copy of `value` made only of I-JSON types.
 
@@ -39,6 +43,52 @@ def checked_copy(value: Any, path: str) -> Any:
     ``input.items[2]: float NaN is not I-JSON``. The copy is defensive: later mutation of the
     caller's object cannot change what was judged or recorded.
     """
+    try:
+        return _copy(value)
+    except _NotIJson:
+        pass
+    # Walked again, naming each path on the way, only to say where the problem is: building
+    # every path's text as the copy descends costs more than the copy.
+    return _named_copy(value, path)
+
+
+def _copy(value: Any) -> Any:
+    """`checked_copy` without paths: raises _NotIJson instead of naming the problem."""
+    t = type(value)
+    if t is dict:
+        out: dict[str, Any] = {}
+        for k, v in value.items():
+            if type(k) is not str:
+                raise _NotIJson
+            tv = type(v)
+            # Leaves inline: most values in a payload are strings, numbers and flags.
+            if (
+                tv is str
+                or tv is bool
+                or v is None
+                or (tv is int and -MAX_SAFE_INT <= v <= MAX_SAFE_INT)
+            ):
+                out[k] = v
+            else:
+                out[k] = _copy(v)
+        return out
+    if t is list:
+        return [v if type(v) is str or type(v) is bool or v is None else _copy(v) for v in value]
+    if t is str or value is None or t is bool:
+        return value
+    if t is int:
+        if -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+            return value
+        raise _NotIJson
+    if t is float:
+        if math.isfinite(value):
+            return value
+        raise _NotIJson
+    raise _NotIJson
+
+
+def _named_copy(value: Any, path: str) -> Any:
+    """`checked_copy`, naming the path of the first value that is not I-JSON."""
     t = type(value)
     if t is str or value is None or t is bool:
         return value
@@ -59,10 +109,10 @@ def checked_copy(value: Any, path: str) -> Any:
                 raise ValueError(
                     f"{path}: key {k!r} ({type(k).__name__}) is not I-JSON; keys must be strings"
                 )
-            out[k] = checked_copy(v, f"{path}.{k}")
+            out[k] = _named_copy(v, f"{path}.{k}")
         return out
     if t is list:
-        return [checked_copy(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return [_named_copy(v, f"{path}[{i}]") for i, v in enumerate(value)]
     raise ValueError(
         f"{path}: {t.__name__} is not I-JSON; use dict, list, str, int, float, bool or None "
         "(charter.capture converts any value)"

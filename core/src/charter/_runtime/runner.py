@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import operator
 import threading
 import time
 import weakref
@@ -47,6 +46,7 @@ from charter._model.behavior import (
     ActionKind,
     Behavior,
     Outcome,
+    derived,
     format_timestamp,
 )
 from charter._model.context import EvalContext
@@ -1028,13 +1028,6 @@ class Runner:
         self.close()
 
 
-_FIELDS = tuple(f.name for f in dataclasses.fields(Behavior))
-_GET = operator.attrgetter(*_FIELDS)
-# The slot descriptors' own setters: frozen dataclasses refuse plain attribute assignment.
-_PUT = tuple(getattr(Behavior, name).__set__ for name in _FIELDS)
-_PUT_BY_NAME = dict(zip(_FIELDS, _PUT, strict=True))
-
-
 def wire_form(b: Behavior) -> dict[str, Any]:
     """`Behavior.to_dict()` before redaction (seq included: the store keeps it).
 
@@ -1066,12 +1059,7 @@ def derive(b: Behavior, **changes: Any) -> Behavior:
     markers, seq, captured output): validating a behavior deep-copies its payloads, which on
     the hot path costs more than the evaluation. Never for anything a caller handed in raw.
     """
-    new = object.__new__(Behavior)
-    for put, value in zip(_PUT, _GET(b), strict=True):
-        put(new, value)
-    for name, value in changes.items():
-        _PUT_BY_NAME[name](new, value)
-    return new
+    return derived(b, changes)
 
 
 def _own_shared(b: Behavior) -> Behavior:
