@@ -93,6 +93,25 @@ def step_name_from(value: object) -> str:
     Control characters become spaces, whitespace runs collapse, the result is cut to 255
     characters, and an empty result becomes ``unnamed``. Deterministic and never raises.
     """
+    if type(value) is str and len(value) <= 255:
+        found = _mapped_names.get(value)
+        if found is not None:
+            return found
+        mapped = _map_name(value)
+        if len(_mapped_names) >= _NAME_MEMORY:
+            _mapped_names.clear()
+        _mapped_names[value] = mapped
+        return mapped
+    return _map_name(value)
+
+
+# The names mapped so far, by plain string of a step name's length at most: a tool's name is
+# mapped on every call. Bounded (cleared when full): agents choose names.
+_NAME_MEMORY = 4096
+_mapped_names: dict[str, str] = {}
+
+
+def _map_name(value: object) -> str:
     if isinstance(value, str):
         text = value
     else:
@@ -110,7 +129,9 @@ class _IdSource:
     An id is 32 lowercase hex digits, like ``uuid4().hex``: 12 of a keyed BLAKE2b of a
     per-process counter, 8 of that counter and 12 of a per-process random suffix. The digest
     comes first so that ids differ from their first digit (`charter show` and `--task` take
-    a short prefix, as for uuid4 ids). Suffix and key come
+    a short prefix, as for uuid4 ids); one digest serves ten consecutive counter values (its
+    120 hex digits are cut in ten, and a digest is a pure function of the key and the block,
+    so threads racing on a block compute the same one). Suffix and key come
     from `os.urandom` when the process starts (again in a forked child, and when the counter
     runs out after 2**32 ids), so ids are unique within a process by the counter and across
     processes unless two draw the same 48-bit suffix and their keyed digests also agree
@@ -118,7 +139,7 @@ class _IdSource:
     from the ones seen without the key; ids are not secrets and grant nothing.
     """
 
-    __slots__ = ("_count", "_key", "_lock", "_suffix")
+    __slots__ = ("_block", "_count", "_key", "_lock", "_suffix")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -129,6 +150,7 @@ class _IdSource:
         self._lock = threading.Lock()  # a fork may have copied it held
         self._key = os.urandom(16)
         self._suffix = os.urandom(6).hex()
+        self._block: tuple[int, str] = (-1, "")
         self._count = itertools.count(1)
 
     def __call__(self) -> str:
@@ -137,9 +159,17 @@ class _IdSource:
             with self._lock:
                 self._reseed()
             n = next(self._count)
-        head = hashlib.blake2b(n.to_bytes(4, "big"), key=self._key, digest_size=6).hexdigest()
-        return f"{head}{n:08x}{self._suffix}"
+        block, at = divmod(n, 10)
+        found = self._block
+        if found[0] != block:
+            digest = hashlib.blake2b(
+                block.to_bytes(4, "big"), key=self._key, digest_size=60
+            ).hexdigest()
+            found = self._block = (block, digest)
+        at *= 12
+        return f"{found[1][at : at + 12]}{n:08x}{self._suffix}"
 
 
 #: A fresh task or action id: 32 lowercase hex digits, unique and unpredictable (see _IdSource).
-new_id = _IdSource()
+#: The bound method, not the instance: calling an instance looks its __call__ up every time.
+new_id = _IdSource().__call__

@@ -53,6 +53,11 @@ T = TypeVar("T")
 
 _ERROR_TEXT_MAX = 4000
 _WARN_SEVERITIES = frozenset({Severity.HIGH, Severity.MEDIUM, Severity.LOW})
+# Read once: an enum member (or its value) read from its class costs about a function call,
+# and these are read on every step.
+_ASK, _BLOCK, _WARN = Decision.ASK, Decision.BLOCK, Decision.WARN
+_OK, _FAILED, _ABANDONED = Outcome.OK.value, Outcome.FAILED.value, Outcome.ABANDONED.value
+_MESSAGE, _GET = ActionKind.STEP_MESSAGE, Verb.GET
 
 
 def _payload(value: Any, limits: tuple[int, int] | None = None) -> dict[str, Any] | None:
@@ -188,14 +193,14 @@ class StepHandle:
             settings = self._governor.runner.settings
             limits = (settings.max_output_chars, settings.max_output_items)
             data = _payload(output if output is not None else self.output, limits)
-            meta["charter.outcome"] = Outcome.OK.value
+            meta["charter.outcome"] = _OK
             props = _merged(b.properties, _payload(properties))
             return derive(b, output=data if data is not None else {}, meta=meta, properties=props)
         if how == "failed":
             assert exc is not None
-            meta["charter.outcome"] = Outcome.FAILED.value
+            meta["charter.outcome"] = _FAILED
             return derive(b, output=_error(exc), meta=meta)
-        meta["charter.outcome"] = Outcome.ABANDONED.value
+        meta["charter.outcome"] = _ABANDONED
         return derive(b, meta=meta)
 
     def _settle(
@@ -724,22 +729,44 @@ class Governor:
                 "no current task: open one with `with gov.task():` (or `async with`), or "
                 "pass task_id="
             )
-        fields: dict[str, Any] = {
-            "agent_id": self.runner.agent_id,
-            "task_id": tid,
-            "kind": kind,
-            "verb": verb,
-            "step_name": step_name_from(name),
-            "action_id": new_id(),
-        }
+        agent_id = self.runner.agent_id
+        step_name = step_name_from(name)
+        action_id = new_id()
         if (input is None or type(input) is dict) and (
             properties is None or type(properties) is dict
         ):
             # Plain I-JSON dicts are validated and copied once; anything else is captured.
             try:
-                return Behavior(**fields, input=input, properties=properties or {})
+                if not properties:
+                    return Behavior(
+                        agent_id=agent_id,
+                        task_id=tid,
+                        kind=kind,  # type: ignore[arg-type]
+                        verb=verb,  # type: ignore[arg-type]
+                        step_name=step_name,
+                        action_id=action_id,
+                        input=input,
+                    )
+                return Behavior(
+                    agent_id=agent_id,
+                    task_id=tid,
+                    kind=kind,  # type: ignore[arg-type]
+                    verb=verb,  # type: ignore[arg-type]
+                    step_name=step_name,
+                    action_id=action_id,
+                    input=input,
+                    properties=properties,
+                )
             except (ValueError, RecursionError):
                 pass
+        fields: dict[str, Any] = {
+            "agent_id": agent_id,
+            "task_id": tid,
+            "kind": kind,
+            "verb": verb,
+            "step_name": step_name,
+            "action_id": action_id,
+        }
         data, notes = capture_noted(input)
         if input is None:
             data = None
@@ -802,9 +829,13 @@ class Governor:
         b = self.build_step(
             kind, verb, name=name, input=input, properties=properties, task_id=task_id
         )
-        result = self._drive(self._flow(b))
-        assert isinstance(result, EvalResult)  # without pause the approver answers asks
-        return StepHandle(self, b, result)
+        result = self.runner.evaluate(b)
+        if result.decision is _ASK:
+            asked = self._drive(self._flow(b, result))
+            assert isinstance(asked, EvalResult)  # without pause the approver answers asks
+            return StepHandle(self, b, asked)
+        # What the flow does with a decision that needs no approval, without its driver.
+        return StepHandle(self, b, self._concluded(b, result))
 
     async def abegin_step(
         self,
@@ -891,9 +922,12 @@ class Governor:
 
     # -- the decision flow --------------------------------------------------------------------
 
-    def _flow(self, b: Behavior) -> _Flow:
-        result: EvalResult = yield _Call(self.runner.evaluate, (b,))
-        if result.decision is Decision.ASK:
+    def _flow(self, b: Behavior, first: EvalResult | None = None) -> _Flow:
+        """The decision flow of `b`; `first` is its evaluation when the caller made it."""
+        result: EvalResult = (
+            first if first is not None else (yield _Call(self.runner.evaluate, (b,)))
+        )
+        if result.decision is _ASK:
             gate = self._take_approval(b)
             if gate is None:
                 request = ApprovalRequest(b, result.violations, result.reason, result)
@@ -912,12 +946,17 @@ class Governor:
                 blocked = yield _Call(self.runner.record_block, (b, denied))
                 raise BlockedError(_line(blocked.reason), blocked)
             result = yield _Call(self.runner.evaluate, (b,))
-            if result.decision is Decision.ASK:
+            if result.decision is _ASK:
                 # One approval round per step: the approval just given authorises this run.
                 result = yield _Call(self.runner.authorize, (b, result))
-        if result.decision is Decision.BLOCK:
+        return self._concluded(b, result)
+
+    def _concluded(self, b: Behavior, result: EvalResult) -> EvalResult:
+        """`result` once no approval is pending: raises BlockedError for a block, warns for
+        a warn, reports an incident for what monitor mode or fail_mode open let through."""
+        if result.decision is _BLOCK:
             raise BlockedError(_line(result.reason), result)
-        if result.decision is Decision.WARN:
+        if result.decision is _WARN:
             self._warn(b, result)
         elif result.monitored or result.failed_open:
             self._incident(b, result.reason)
@@ -1113,8 +1152,8 @@ def as_grant(value: Any, where: str) -> Grant:
 def _is_user_message(b: Behavior) -> bool:
     message = b.properties.get("message")
     return (
-        b.kind is ActionKind.STEP_MESSAGE
-        and b.verb is Verb.GET
+        b.kind is _MESSAGE
+        and b.verb is _GET
         and isinstance(message, dict)
         and message.get("role") == "user"
     )
