@@ -188,3 +188,37 @@ def test_bytes_in_a_node_or_message_step_are_judged_as_text_and_noted() -> None:
         "encoding": {"input.content": "bytes as utf-8", "input.to[0]": "bytes as utf-8"}
     }
     assert "capture" not in node_step("toy", "fetch", {"cmd": "ls"}).properties
+
+
+plain_values = st.recursive(
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**54), 2**54),
+        st.floats(allow_nan=True, allow_infinity=True),
+        st.text(max_size=12),
+    ),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=5),
+        st.dictionaries(st.text(max_size=3), inner, max_size=5),
+    ),
+    max_leaves=25,
+)
+
+
+@given(
+    plain_values,
+    st.none() | st.integers(0, 10),
+    st.none() | st.integers(0, 4),
+    st.integers(0, 4),
+)
+@settings(max_examples=400, deadline=None)
+def test_plain_values_are_captured_as_the_general_walk_captures_them(
+    value: Any, max_string: int | None, max_items: int | None, max_depth: int
+) -> None:
+    from charter._model.capture import _Capture
+
+    general = _Capture(max_string, max_items, max_depth, {})
+    expected = general.run(value, 0, set(), "")
+    got = capture(value, max_string=max_string, max_items=max_items, max_depth=max_depth)
+    assert repr(got) == repr(expected)  # repr: NaN is kept as its text by both

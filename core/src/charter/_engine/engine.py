@@ -70,6 +70,8 @@ _WEIGHT = {
     Severity.INFO: 0.05,
 }
 _RANK = {Decision.ALLOW: 0, Decision.WARN: 1, Decision.ASK: 2, Decision.BLOCK: 3}
+# A member's value as a plain str (reading `.value` runs a descriptor in Python).
+_DECISION_TEXT = {d: d.value for d in Decision}
 
 
 class PolicyResult(NamedTuple):
@@ -123,7 +125,7 @@ class EvalResult:
     def to_dict(self) -> dict[str, Any]:
         """The I-JSON form kept in ``meta["charter.eval"]`` of the recorded step."""
         return {
-            "decision": self.decision.value,
+            "decision": _DECISION_TEXT[self.decision],
             "risk_score": round(self.risk_score, 4),
             "reason": self.reason,
             "violations": [r.to_dict() for r in self.results if r.violated],

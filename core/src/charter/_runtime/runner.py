@@ -510,21 +510,22 @@ class Runner:
             failed_open=True,
         )
 
-    def _verdict(self, result: EvalResult) -> dict[str, Any]:
+    def _verdict(self, result: EvalResult, monitor: bool | None = None) -> dict[str, Any]:
         verdict = result.to_dict()
         risk = verdict.get("risk_score")
         if type(risk) is float and risk.is_integer():
             # 0.0 and 0 are the same JSON number with the same canonical bytes, but the audit
             # chain's fast encoder only takes floats without a trailing ".0".
             verdict["risk_score"] = int(risk)
-        if self.monitor:
+        if self.monitor if monitor is None else monitor:
             verdict["enforcement"] = "monitor"
         return verdict
 
     def _enforced(self, would: EvalResult) -> tuple[EvalResult, dict[str, Any]]:
         """(what is enforced, the verdict to record: what it would have been)."""
-        verdict = self._verdict(would)
-        if self.monitor and would.decision in (Decision.BLOCK, Decision.ASK):
+        monitor = self.monitor
+        verdict = self._verdict(would, monitor)
+        if monitor and would.decision in (Decision.BLOCK, Decision.ASK):
             enforced = dataclasses.replace(
                 would,
                 decision=Decision.ALLOW,
