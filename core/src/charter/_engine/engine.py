@@ -280,16 +280,18 @@ _Entry = tuple[
 
 class _Choice:
     """The policies that judge the steps of one (context, kind, verb, name), as `evaluate`
-    walks them: `entries` in plan order, `complying` (every entry's complying result, the
-    results of a step none of them flags), `paths` (the input and properties fields read by
-    the entries judged per step, each once: where a lost value matters) and `last` (the
-    plan's last index)."""
+    walks them: `entries` in plan order; `judged`, those whose result is not known to be the
+    complying one (judged per step, or fixed as a violation); `complying`, every entry's
+    complying result (the results of a step none of them flags); `paths`, the input and
+    properties fields read by the entries judged per step, each once (where a lost value
+    matters); and `last`, the plan's last index."""
 
-    __slots__ = ("complying", "entries", "last", "paths")
+    __slots__ = ("complying", "entries", "judged", "last", "paths")
 
     def __init__(self, entries: tuple[_Entry, ...], last: int) -> None:
         self.entries = entries
         self.complying = tuple(e[4] for e in entries)
+        self.judged = tuple(e for e in entries if e[6] is not e[4])
         found: dict[str, FieldPath] = {}
         for e in entries:
             if e[6] is None:
@@ -498,10 +500,11 @@ class PolicyEngine:
                     lost = True
                     break
             # Built only once a policy is flagged: until then every result is the complying one.
+            # (An entry whose fixed result complies is not even walked: it has nothing to add.)
             results: list[PolicyResult] | None = None
             # Each pattern set searched for this step: its hits, or None for a missing field.
             searched: dict[PatternSet, set[int] | None] = {}
-            for pos, i, c, reads, complies, grouped, fixed, more in choice.entries:
+            for pos, i, c, reads, complies, grouped, fixed, more in choice.judged:
                 if fixed is not None:
                     result = fixed
                 else:
@@ -528,10 +531,8 @@ class PolicyEngine:
                 # A policy's only non-violated result is its shared complying one.
                 if result is not complies:
                     if results is None:
-                        results = list(choice.complying[:pos])
-                    results.append(result)
-                elif results is not None:
-                    results.append(result)
+                        results = list(choice.complying)
+                    results[pos] = result
         if results is None:
             return _verdict(_ALLOW, 0.0, choice.complying, intended.action_id, _ALLOWED)
         decision, risk, reason = _aggregate(results)

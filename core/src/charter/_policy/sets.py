@@ -41,10 +41,12 @@ class PatternSet:
         values = self.path.resolve(view)
         if not values:
             return None
-        found: set[int] = set()
         match = self._match
-        texts = values if len(values) == 1 and type(values[0]) is str else iter_strings(values)
-        for text in texts:
+        if len(values) == 1 and type(values[0]) is str:
+            # One string, the common case: one search, no loop.
+            return set(match(values[0].encode("utf-8", "surrogatepass")))
+        found: set[int] = set()
+        for text in iter_strings(values):
             matched = match(text.encode("utf-8", "surrogatepass"))
             if matched:
                 found.update(matched)
