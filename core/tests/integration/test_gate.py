@@ -229,6 +229,20 @@ def test_asks_says_whether_any_policy_can_ask(gate: Callable[..., ci.Gate]) -> N
     assert isinstance(asking.pending(asking.tool_step("send_email", {}), "t2"), ci.Pending)
 
 
+def test_pending_follows_a_reloaded_policy_set(gate: Callable[..., ci.Gate]) -> None:
+    # pending remembers "nothing can ask this step" per policy set: a reload that adds or
+    # drops an ask policy must change its answer for a step it has already seen.
+    g = gate(NO_DELETE)
+    g.start_task("t1", "run")
+    engine = g.governor.runner.engine
+    step = g.tool_step("send_email", {"to": "a@example.com"})
+    assert g.pending(step, "t1") is None
+    engine.load_policies([NO_DELETE, ASK_SEND])
+    assert isinstance(g.pending(step, "t1"), ci.Pending)
+    engine.load_policies([NO_DELETE])
+    assert g.pending(step, "t1") is None
+
+
 def test_pause_returns_a_digest_bound_request_and_the_answer_is_used_once(
     gate: Callable[..., ci.Gate],
 ) -> None:

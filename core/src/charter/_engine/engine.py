@@ -326,6 +326,7 @@ class PolicyEngine:
         self._complies: dict[int, PolicyResult] = {}
         self._sets: dict[int, tuple[PatternSet, int]] = {}
         self._loaded = False
+        self._version = 0
         self._source: str | None = None
         self._applicable: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         self._chosen: dict[tuple[Any, ...], _Choice] = {}
@@ -367,6 +368,8 @@ class PolicyEngine:
                 ]
             )
             self._loaded = True
+            # After the set itself: a reader that sees the new number judges with the new set.
+            self._version += 1
             self._source = source
             self._applicable.clear()
             self._chosen.clear()
@@ -380,6 +383,12 @@ class PolicyEngine:
         """Whether any loaded policy has ``action: ask``: False means no evaluation can
         answer ask, whatever the step (the policies loaded now; a reload can change it)."""
         return any(c.ask for c in self._compiled)
+
+    @property
+    def version(self) -> int:
+        """A number that changes whenever a policy set is loaded: an answer derived from the
+        policies alone (such as `may_ask`) stays right while it is unchanged."""
+        return self._version
 
     def may_ask(self, intended: Behavior) -> bool:
         """False when no loaded policy with ``action: ask`` selects `intended` (by kind, verb

@@ -63,6 +63,8 @@ __all__ = [
 
 CLAIM_KEY = "charter_claim"
 _REASON_MAX = 300
+# Distinct (kind, verb, step name) answers `pending` remembers before starting over.
+_ASK_MEMORY = 4096
 
 
 def _line(text: str) -> str:
@@ -389,6 +391,8 @@ class Gate:
         self.governor = governor
         self.framework = framework
         self._snapshots: Any = None
+        # (engine.version, answers): `_may_ask`'s memory for the policy set loaded now.
+        self._asking: tuple[int, dict[tuple[Any, Any, str], bool]] = (-1, {})
         try:
             self._templates: Any = (
                 templates
@@ -498,16 +502,7 @@ class Gate:
         raises (None on error: `decide` then fails closed)."""
         try:
             runner = self.governor.runner
-            # Selectors read kind, verb and name only: a probe without payloads is enough
-            # to skip the full build and the preview for the (many) steps nothing asks about.
-            probe = Behavior(
-                agent_id=self.agent_id,
-                task_id=task_id,
-                kind=step.kind,  # type: ignore[arg-type]
-                verb=step.verb,  # type: ignore[arg-type]
-                step_name=step_name_from(step.name),
-            )
-            if not runner.engine.may_ask(probe):
+            if not self._may_ask(runner, step, task_id):
                 return None
             b = self._behavior(step, task_id)
             if self.governor._has_approval(b):
@@ -521,6 +516,34 @@ class Gate:
             return None
         decided = self._decided(step, task_id, b, request, call_id)
         return decided if isinstance(decided, Pending) else None
+
+    def _may_ask(self, runner: Runner, step: Step, task_id: str) -> bool:
+        # Selectors read kind, verb and name only: a probe without payloads is enough to
+        # skip the full build and the preview for the (many) steps nothing asks about. Its
+        # answer depends on those three and the policy set alone, so it is remembered per
+        # set; only a probe that was built (kind and verb valid) is remembered.
+        engine = runner.engine
+        version = engine.version
+        seen, answers = self._asking
+        if seen != version:
+            answers = {}
+            self._asking = (version, answers)
+        step_name = step_name_from(step.name)
+        key = (step.kind, step.verb, step_name)
+        found = answers.get(key)
+        if found is None:
+            probe = Behavior(
+                agent_id=self.agent_id,
+                task_id=task_id,
+                kind=step.kind,  # type: ignore[arg-type]
+                verb=step.verb,  # type: ignore[arg-type]
+                step_name=step_name,
+            )
+            found = engine.may_ask(probe)
+            if len(answers) >= _ASK_MEMORY:
+                answers.clear()
+            answers[key] = found
+        return found
 
     def _behavior(self, step: Step, task_id: str) -> Behavior:
         return self.governor.build_step(
