@@ -694,3 +694,23 @@ def test_a_long_lived_process_compiles_the_scanner_after_a_few_dozen_texts() -> 
     )
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "True"]
+
+
+_ASCII_TEXT = st.lists(
+    st.one_of(
+        _PIECES,
+        _PIECES.map(lambda t: base64.b64encode(t.encode("utf-8", "surrogatepass")).decode()),
+        st.text(st.characters(max_codepoint=127), max_size=20),
+    ),
+    max_size=8,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_ASCII_TEXT)
+def test_the_short_path_for_plain_ascii_text_answers_as_the_general_one(text: str) -> None:
+    # Naming every shape takes the general path; no shapes takes the short one for ASCII.
+    _all_shapes_scanner().search("warm")  # the short path needs the built detector
+    every = tuple(shape_names())
+    assert contains_secret(text) == contains_secret(text, shapes=every)
+    assert contains_secret(text) == bool(find_secrets(text))

@@ -1161,6 +1161,16 @@ def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[Secre
 def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
     """Whether ``text`` contains any secret (of the given ``shapes``, if any), encoded
     ones included (see `find_secrets`)."""
+    if shapes is None and "%" not in text and text.isascii() and len(text) >= _MIN_SECRET_LEN:
+        # Every record the writer stores comes here. Once the detector is built, the
+        # general path below is these two searches for ASCII text without "%": nothing can
+        # hide behind a percent-escape or an invisible character in it.
+        search = _all_shapes_scanner()._search
+        if search is not None:
+            if search(text):
+                return True
+            blob = _base64_blob(text)
+            return bool(blob) and bool(search(blob))
     scanner = _select(shapes)
     if scanner is None or len(text) < _MIN_SECRET_LEN:
         return False
