@@ -46,6 +46,7 @@ from charter._model.behavior import (
     ActionKind,
     Behavior,
     Outcome,
+    Verb,
     derived,
     format_timestamp,
 )
@@ -1029,6 +1030,11 @@ class Runner:
         self.close()
 
 
+# Reading an enum member's `.value` goes through the enum's descriptor, which costs more
+# than a dict lookup; the writer pays it for every record.
+_WIRE_VALUES: dict[Any, str] = {m: m.value for m in (*ActionKind, *Verb)}
+
+
 def wire_form(b: Behavior) -> dict[str, Any]:
     """`Behavior.to_dict()` before redaction (seq included: the store keeps it).
 
@@ -1036,6 +1042,7 @@ def wire_form(b: Behavior) -> dict[str, Any]:
     part of to_dict and behaviors are always UTC, so isoformat gives the same text.
     """
     ts = b.timestamp
+    verb = b.verb
     stamp = ts.isoformat(timespec="microseconds") if ts.tzinfo is UTC else None
     return {
         "agent_id": b.agent_id,
@@ -1043,8 +1050,8 @@ def wire_form(b: Behavior) -> dict[str, Any]:
         "seq": b.seq,
         "action_id": b.action_id,
         "timestamp": stamp[:-6] + "Z" if stamp else format_timestamp(ts),
-        "kind": b.kind.value,
-        "verb": b.verb.value if b.verb is not None else None,
+        "kind": _WIRE_VALUES.get(b.kind) or b.kind.value,
+        "verb": None if verb is None else _WIRE_VALUES.get(verb) or verb.value,
         "step_name": b.step_name,
         "input": b.input,
         "output": b.output,
