@@ -53,8 +53,9 @@ class _Modules:
 # -- what is running ---------------------------------------------------------------------------
 
 
-def current_run_id() -> str | None:
-    """LlamaIndex's id of the workflow run this code runs in (from its instrumentation tags)."""
+@functools.cache
+def _tags_var() -> Any:
+    """The instrumentation's context variable of run tags (looked up once), or None."""
     try:
         from llama_index_instrumentation.dispatcher import active_instrument_tags
     except ImportError:  # pragma: no cover - older layouts
@@ -62,7 +63,25 @@ def current_run_id() -> str | None:
             from llama_index.core.instrumentation.dispatcher import active_instrument_tags
         except ImportError:
             return None
-    tags = active_instrument_tags.get()
+    return active_instrument_tags
+
+
+@functools.cache
+def _worker_var() -> Any:
+    """The runtime's context variable of the running step's state (looked up once), or None."""
+    try:
+        from workflows.runtime.types.results import StepWorkerStateContextVar
+    except ImportError:  # pragma: no cover - older runtimes
+        return None
+    return StepWorkerStateContextVar
+
+
+def current_run_id() -> str | None:
+    """LlamaIndex's id of the workflow run this code runs in (from its instrumentation tags)."""
+    var = _tags_var()
+    if var is None:
+        return None
+    tags = var.get()
     for key in _RUN_TAGS:
         value = tags.get(key)
         if value is not None:
@@ -71,12 +90,11 @@ def current_run_id() -> str | None:
 
 
 def _step_worker() -> Any:
-    try:
-        from workflows.runtime.types.results import StepWorkerStateContextVar
-    except ImportError:  # pragma: no cover - older runtimes
+    var = _worker_var()
+    if var is None:
         return None
     try:
-        return StepWorkerStateContextVar.get()
+        return var.get()
     except LookupError:
         return None
 
