@@ -18,6 +18,7 @@ every wrapper it put on any of them.
 from __future__ import annotations
 
 import weakref
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
@@ -39,12 +40,13 @@ __all__ = ["SDKClientGovernance"]
 _ATTR = "_charter_governance"
 
 
-class SDKClientGovernance:
+class SDKClientGovernance(ABC):
     """The handle a raw-client integration's ``govern`` returns: what it installed on the
     client (and its copies), and the provider-neutral handling of every kind of answer.
 
-    A subclass sets the class attributes and implements the mapping methods below; it never
-    wraps ``request`` itself.
+    A subclass sets the class attributes and implements the abstract mapping methods below
+    (one left out makes the subclass refuse to be built, TypeError); it never wraps
+    ``request`` itself.
     """
 
     #: how errors name the client ("OpenAI")
@@ -71,34 +73,34 @@ class SDKClientGovernance:
 
     # -- the provider's mapping ---------------------------------------------------------
 
+    @abstractmethod
     def api_of(self, url: str) -> str | None:
         """The API a request URL calls ("chat", "messages", ...), or None: not a model call."""
-        raise NotImplementedError
 
+    @abstractmethod
     def request_step(self, api: str, body: Mapping[str, Any]) -> Step:
         """The ``step.model`` intent of a request body (may raise: the step is undecided)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def reply(self, api: str, parsed: Any) -> ModelReply:
         """The reply a parsed response is (may raise: reported, recorded as an empty reply)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def accumulator(self, api: str) -> Any:
         """A fresh fold of stream events, with ``fold(event)`` and ``reply()``."""
-        raise NotImplementedError
 
+    @abstractmethod
     def refusal(self, client: Any, options: Any, blocked: Blocked) -> BaseException:
         """The SDK's own error for a blocked call, raised before anything is sent."""
-        raise NotImplementedError
 
+    @abstractmethod
     def is_read(self, result: Any) -> bool:
         """Whether `result` is a ``with_raw_response`` answer, whose body is read already."""
-        raise NotImplementedError
 
-    def installed(self, client: Any) -> None:
+    def installed(self, client: Any) -> None:  # noqa: B027 (optional hook)
         """Called once `client` is governed: a subclass wraps more of it here."""
 
-    def uninstalled(self, client: Any) -> None:
+    def uninstalled(self, client: Any) -> None:  # noqa: B027 (optional hook)
         """Called for each governed client on `uninstall`: undo what `installed` did."""
 
     # -- installing ---------------------------------------------------------------------
