@@ -27,6 +27,7 @@ from charter._policy.secrets import (
     _may_contain,
     _without_captures,
     contains_secret,
+    contains_secret_in_any,
     find_secrets,
     mask_secrets,
     shape_names,
@@ -719,3 +720,46 @@ def test_the_short_path_for_plain_ascii_text_answers_as_the_general_one(text: st
     # finds nothing to replace.)
     if find_secrets(text):
         assert contains_secret(text)
+
+
+# --- many texts at once (the writer asks this of each batch) --------------------------------
+
+_ANY_TEXT = st.one_of(_ASCII_TEXT, _MIXED_TEXT, st.text(max_size=30))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ANY_TEXT, max_size=6))
+def test_many_texts_are_never_said_clean_when_one_holds_a_secret(texts: list[str]) -> None:
+    _all_shapes_scanner().search("warm")  # the one-scan path needs the built detector
+    if any(contains_secret(t) for t in texts):
+        assert contains_secret_in_any(texts)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_ANY_TEXT, min_size=1, max_size=6), st.data())
+def test_what_is_said_of_many_texts_is_said_of_each_consecutive_run(
+    texts: list[str], data: st.DataObject
+) -> None:
+    # The writer asks a whole batch first, and each record's own texts (consecutive in the
+    # batch) only when the batch is not clean: a clean batch must mean every record is.
+    _all_shapes_scanner().search("warm")
+    start = data.draw(st.integers(0, len(texts) - 1))
+    end = data.draw(st.integers(start, len(texts)))
+    if contains_secret_in_any(texts[start:end]):
+        assert contains_secret_in_any(texts)
+
+
+@pytest.mark.parametrize("sample", ALL_POSITIVE, ids=_describe)
+def test_every_sample_is_found_among_other_texts(sample: Sample) -> None:
+    _all_shapes_scanner().search("warm")
+    others = ["ls -la src", "exit_code", "a.py\nb.py\n", "Bash"]
+    encoded = base64.b64encode(sample.text.encode("utf-8")).decode()
+    assert contains_secret_in_any([*others, sample.text, *others])
+    if contains_secret(encoded):
+        assert contains_secret_in_any([*others, encoded, *others])
+
+
+def test_clean_texts_are_said_clean_together() -> None:
+    _all_shapes_scanner().search("warm")
+    assert not contains_secret_in_any(list(NEGATIVES))
+    assert not contains_secret_in_any([])

@@ -65,7 +65,7 @@ def test_checked_records_are_stored_as_the_store_would_store_them(tmp_path: Path
         "sqlite",
         store=SQLiteStore(tmp_path / "w.db"),
         durability="sync",
-        prepare=Redactor().redact_checked,
+        prepare=Redactor().redact_batch,
     )
     chained = writer.write_now(records)
     reference = SQLiteStore(tmp_path / "r.db")
@@ -78,9 +78,7 @@ def test_checked_records_are_stored_as_the_store_would_store_them(tmp_path: Path
 
 def test_a_store_of_another_class_gets_plain_records(tmp_path: Path) -> None:
     store = Recording(tmp_path / "s.db")
-    writer = AuditWriter(
-        "sqlite", store=store, durability="sync", prepare=Redactor().redact_checked
-    )
+    writer = AuditWriter("sqlite", store=store, durability="sync", prepare=Redactor().redact_batch)
     writer.write_now(_records())
     assert store.handed and all(isinstance(e, dict) for e in store.handed)
     assert not any(isinstance(e, PreparedEntry) for e in store.handed)

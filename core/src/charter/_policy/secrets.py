@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import binascii
 import functools
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 from urllib.parse import unquote_to_bytes
 
@@ -51,6 +51,7 @@ __all__ = [
     "SecretFinding",
     "SecretShape",
     "contains_secret",
+    "contains_secret_in_any",
     "find_secrets",
     "mask_secrets",
     "names_secret",
@@ -900,9 +901,14 @@ _B64_BYTES = bytes(
 )
 
 
+# Joins the runs: decodes to three line feeds, which no shape's token crosses (zero bytes
+# would let a value run on from one decoded run into the next).
+_RUN_JOIN = b"CgoK"
+
+
 def _base64_blob(text: str) -> str:
     """Every base64 run of `text` decoded, in one C call, as Latin-1 text: runs are padded
-    to whole quanta with ``A`` and joined by ``AAAA`` (three zero bytes between them)."""
+    to whole quanta with ``A`` and joined by `_RUN_JOIN` (three line feeds between them)."""
     data = _encodable(text).encode("ascii", "replace").translate(_B64_BYTES)
     runs = [
         r + b"A" * (-len(r) % 4)
@@ -913,7 +919,7 @@ def _base64_blob(text: str) -> str:
         return ""
     import base64
 
-    return base64.b64decode(b"AAAA".join(runs)).decode("latin-1")
+    return base64.b64decode(_RUN_JOIN.join(runs)).decode("latin-1")
 
 
 def _may_hide(text: str, scanner: _Scanner) -> tuple[bool, bool]:
@@ -1178,6 +1184,40 @@ def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
         return False
     text = _encodable(text)
     return scanner.search(text) or any(_may_hide(text, scanner))
+
+
+# Joins texts for one scan: not a character of any shape's token, nor a base64 letter, so a
+# match in one text is a match in the joined text, and two texts' halves never join into one.
+_TEXT_JOIN = "\n\x00\n"
+
+
+def contains_secret_in_any(texts: Sequence[str]) -> bool:
+    """Whether some text of ``texts`` contains a secret of any shape, encoded ones included.
+
+    False proves every text clean: it is never False where `contains_secret` of one text is
+    True. True says look closer: it may also be said where no single text holds a secret
+    (a match spanning two decoded base64 runs). Once the scanner is built, plain ASCII texts
+    are read in one scan of all of them joined (the writer asks this of every batch);
+    before that, or for a text with ``%`` or non-ASCII characters, each text is asked alone.
+    """
+    search = _all_shapes_scanner()._search
+    if search is None:
+        return any(contains_secret(t) for t in texts)
+    joined = _TEXT_JOIN.join(texts)
+    if "%" in joined or not joined.isascii():
+        # The others still go in one scan, in order: then what is said of a batch of
+        # records' texts is said of every record's own texts (those of a record are
+        # consecutive), which is what lets the writer ask a batch before asking each record.
+        plain = [t for t in texts if "%" not in t and t.isascii()]
+        if len(plain) < len(texts) and any(
+            contains_secret(t) for t in texts if "%" in t or not t.isascii()
+        ):
+            return True
+        joined = _TEXT_JOIN.join(plain)
+    if search(joined):
+        return True
+    blob = _base64_blob(joined)
+    return bool(blob) and bool(search(blob))
 
 
 def _replace(text: str, findings: list[SecretFinding]) -> str:

@@ -32,19 +32,23 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 from charter._model.ijson import canonical_digest
-from charter._policy.secrets import contains_secret, find_secrets, mask_secrets, names_secret
+from charter._policy.secrets import (
+    contains_secret,
+    contains_secret_in_any,
+    find_secrets,
+    mask_secrets,
+    names_secret,
+)
 from charter._runtime.internal import report_internal_error
 
 __all__ = ["PAYLOAD_MODES", "Redactor"]
 
 PAYLOAD_MODES = ("full", "metadata_only", "sha256")
 _MASKED_FIELDS = ("input", "output", "properties", "meta")
-# Cannot occur inside a secret shape's token, and is not a word character, so joining strings
-# with it neither hides a secret nor glues two halves into one that survives per-string masking.
-_JOIN = "\n\x00\n"
 # Shorter cut-off beginnings of a secret are too common as ordinary text to mask.
 _MIN_FRAGMENT = 8
 _HIDDEN = "[REDACTED:secret_field]"
@@ -218,6 +222,31 @@ def _plain_top(out: dict[str, Any]) -> bool:
     return _TEXT_TYPES.issuperset(map(type, map(out.get, _TEXT_FIELDS)))
 
 
+def _encodable(texts: list[str]) -> bool:
+    """Whether every text encodes as UTF-8 (holds no lone surrogate)."""
+    try:
+        for t in texts:
+            t.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _Scanned:
+    """A record between the scan and the finish of `Redactor.redact_batch`."""
+
+    __slots__ = ("checked", "found", "out", "task_id", "texts", "unreadable")
+
+    def __init__(self, out: dict[str, Any]) -> None:
+        self.out = out
+        self.texts: list[str] = []
+        self.task_id: Any = None
+        self.checked = False
+        # None: not known yet (the batch scan decides); True: mask field by field.
+        self.found: bool | None = None
+        self.unreadable = False
+
+
 class _Masker:
     """Masks secrets and remembers the secret texts it removed (for fragment scrubbing)."""
 
@@ -339,16 +368,38 @@ class Redactor:
         integers within 2**53-1, floats without exponent or trailing ".0". False says
         nothing (not checked, or not so); a store then checks for itself.
         """
-        out = dict(record)
-        texts: list[str] = []
+        return self.redact_batch((record,))[0]
+
+    def redact_batch(self, records: Sequence[dict[str, Any]]) -> list[tuple[dict[str, Any], bool]]:
+        """`redact_checked` of each record, in order, with the same results and counters.
+
+        The writer redacts a batch at a time: the texts of all its records are scanned for
+        secrets at once, and only when that scan finds something is each record asked alone.
+        """
+        scanned = [self._scanned(record) for record in records]
+        pending = [s for s in scanned if s.found is None]
+        if pending:
+            try:
+                batch_found = contains_secret_in_any([t for s in pending for t in s.texts])
+            except Exception:
+                batch_found = True  # each record is asked alone, and reports its own failure
+            for s in pending:
+                s.found = batch_found and self._contains_secret(s)
+        return [self._finished(s) for s in scanned]
+
+    def _scanned(self, record: dict[str, Any]) -> _Scanned:
+        """A copy of `record` with its task id judged, its strings gathered, and whether
+        a key, pair or flag names a secret (then `found` is already True)."""
+        s = _Scanned(dict(record))
+        out = s.out
         step_name = out.get("step_name")
         if isinstance(step_name, str):
-            texts.append(step_name)
-        task_id = out.get("task_id")
+            s.texts.append(step_name)
+        task_id = s.task_id = out.get("task_id")
         try:
-            named, checked = _scan_all(list(map(out.get, _MASKED_FIELDS)), texts)
-            joined = _JOIN.join(texts)
-            found = named or (bool(texts) and contains_secret(joined))
+            named, s.checked = _scan_all(list(map(out.get, _MASKED_FIELDS)), s.texts)
+            if named:
+                s.found = True
             if isinstance(task_id, str):
                 # A task's records come in runs: its id is judged once per run.
                 last, stored = self._last_task
@@ -361,24 +412,36 @@ class Redactor:
                 if stored is not None:
                     out["task_id"] = stored
         except Exception as exc:
-            self._failed(exc)
-            checked = False
-            found = True  # cannot tell: mask field by field, which reports its own failures
-            joined = "\ud800"  # and escape field by field
+            self._unreadable(s, exc)
+        return s
+
+    def _contains_secret(self, s: _Scanned) -> bool:
+        try:
+            return bool(s.texts) and contains_secret_in_any(s.texts)
+        except Exception as exc:
+            self._unreadable(s, exc)
+            return True
+
+    def _unreadable(self, s: _Scanned, exc: Exception) -> None:
+        self._failed(exc)
+        s.checked = False
+        s.found = True  # cannot tell: mask field by field, which reports its own failures
+        s.unreadable = True  # and escape field by field
+
+    def _finished(self, s: _Scanned) -> tuple[dict[str, Any], bool]:
+        out, found = s.out, bool(s.found)
         if found:
             self._mask(out)
-        altered = found or self.payload_mode != "full" or out.get("task_id") != task_id
+        altered = found or self.payload_mode != "full" or out.get("task_id") != s.task_id
         # Masking and escaping build new values the walk did not see; every key the walk saw
-        # is in `joined`, so an ASCII `joined` means ASCII keys.
-        checked = checked and not found and joined.isascii() and _plain_top(out)
-        if not checked:
-            try:
-                joined.encode("utf-8")
-            except UnicodeEncodeError:
-                altered = True
-                for name in ("step_name", *_MASKED_FIELDS):
-                    if out.get(name) is not None:
-                        out[name] = _escaped(out[name])
+        # is in `texts`, so ASCII texts mean ASCII keys.
+        ascii_texts = not s.unreadable and "".join(s.texts).isascii()
+        checked = s.checked and not found and ascii_texts and _plain_top(out)
+        if not checked and not ascii_texts and (s.unreadable or not _encodable(s.texts)):
+            altered = True
+            for name in ("step_name", *_MASKED_FIELDS):
+                if out.get(name) is not None:
+                    out[name] = _escaped(out[name])
         if altered:
             with self._lock:
                 self.altered += 1

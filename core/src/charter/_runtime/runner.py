@@ -130,7 +130,7 @@ class Runner:
             exporters=exporters,
             durability=settings.audit_durability,
             queue_size=settings.queue_size,
-            prepare=self._redactor.redact_checked,
+            prepare=self._redactor.redact_batch,
             checkpointer=self._checkpointer,
         )
         self._sync = settings.audit_durability == "sync"

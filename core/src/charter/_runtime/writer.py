@@ -119,7 +119,8 @@ class AuditWriter:
         exporters: Iterable[ExporterLike] = (),
         durability: str = "buffered",
         queue_size: int = 10_000,
-        prepare: Callable[[dict[str, Any]], tuple[dict[str, Any], bool]] | None = None,
+        prepare: Callable[[Sequence[dict[str, Any]]], Sequence[tuple[dict[str, Any], bool]]]
+        | None = None,
         checkpointer: Checkpointer | None = None,
     ) -> None:
         self.location = location
@@ -407,7 +408,7 @@ class AuditWriter:
         `charter._audit.chain.prepare_entry`)."""
         if self._prepare is None:
             return list(records), [False] * len(records)
-        pairs = [self._prepare(r) for r in records]
+        pairs = self._prepare(records)
         return [r for r, _ in pairs], [ok for _, ok in pairs]
 
     def _write_batch(self, records: list[dict[str, Any]]) -> None:
