@@ -15,6 +15,9 @@ from typing import Any
 import charter
 import pytest
 from charter import AgentBindingError, Behavior, Decision, Runner
+from charter._runtime.runner import wire_form
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 def _b(kind: str = "step.exec", task_id: str = "t1", **kw: Any) -> Behavior:
@@ -201,3 +204,15 @@ def test_restore_in_a_fresh_process_continues_the_same_chain(
         assert store.verify().ok
     finally:
         store.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.datetimes(timezones=st.just(UTC)), min_size=1, max_size=5))
+def test_the_stored_timestamp_is_the_behavior_time_to_the_microsecond(
+    times: list[datetime],
+) -> None:
+    # Steps in the same second share the formatted date and time: each keeps its own.
+    for ts in [*times, *(t.replace(microsecond=(t.microsecond + 1) % 10**6) for t in times)]:
+        wire = wire_form(_b(timestamp=ts))
+        assert wire["timestamp"] == ts.isoformat(timespec="microseconds")[:-6] + "Z"
+        assert datetime.fromisoformat(wire["timestamp"]) == ts

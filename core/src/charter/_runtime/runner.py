@@ -1035,6 +1035,25 @@ class Runner:
 _WIRE_VALUES: dict[Any, str] = {m: m.value for m in (*ActionKind, *Verb)}
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# The text of each whole second seen lately (steps come many to a second): formatting the
+# date and time costs more than the rest of the wire form.
+_SECOND_TEXTS: dict[int, str] = {}
+_SECOND_TEXTS_MAX = 1024
+
+
+def _wire_timestamp(ts: datetime) -> str:
+    """``ts.isoformat(timespec="microseconds")`` with ``Z`` for its UTC offset (`ts` is UTC)."""
+    since = ts - _EPOCH
+    second = since.days * 86400 + since.seconds
+    text = _SECOND_TEXTS.get(second)
+    if text is None:
+        if len(_SECOND_TEXTS) >= _SECOND_TEXTS_MAX:
+            _SECOND_TEXTS.clear()
+        text = _SECOND_TEXTS[second] = ts.isoformat(timespec="seconds")[:-6]
+    return f"{text}.{ts.microsecond:06d}Z"
+
+
 def wire_form(b: Behavior) -> dict[str, Any]:
     """`Behavior.to_dict()` before redaction (seq included: the store keeps it).
 
@@ -1043,13 +1062,12 @@ def wire_form(b: Behavior) -> dict[str, Any]:
     """
     ts = b.timestamp
     verb = b.verb
-    stamp = ts.isoformat(timespec="microseconds") if ts.tzinfo is UTC else None
     return {
         "agent_id": b.agent_id,
         "task_id": b.task_id,
         "seq": b.seq,
         "action_id": b.action_id,
-        "timestamp": stamp[:-6] + "Z" if stamp else format_timestamp(ts),
+        "timestamp": _wire_timestamp(ts) if ts.tzinfo is UTC else format_timestamp(ts),
         "kind": _WIRE_VALUES.get(b.kind) or b.kind.value,
         "verb": None if verb is None else _WIRE_VALUES.get(verb) or verb.value,
         "step_name": b.step_name,
