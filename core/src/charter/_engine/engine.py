@@ -805,13 +805,14 @@ class PolicyEngine:
         """The seq `record` would assign to the task's next step (1 for an unknown task)."""
         with self._lock:
             task = self._tasks.get(task_id)
-            return task.last_seq + 1 if task else 1
+            # `is not None`: a history is falsy when empty (and asking costs a __len__ call).
+            return task.last_seq + 1 if task is not None else 1
 
     def open_intent(self, task_id: str, action_id: str) -> Behavior | None:
         """The open intent `action_id` of the task, or None when there is none."""
         with self._lock:
             task = self._tasks.get(task_id)
-            return task.open_intents.get(action_id) if task else None
+            return task.open_intents.get(action_id) if task is not None else None
 
     def checkpoint(self, task_id: str) -> Checkpoint:
         """A cheap mark of the task's state, for `rollback` right after a failed write.
