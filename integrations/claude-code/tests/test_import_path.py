@@ -18,7 +18,8 @@ from pathlib import Path
 # Loaded on demand only: checkpoints and signing need a signing key, verification a
 # `verify` call, counters a shared limit, logging a message, the model-client lifecycle a
 # model call, difflib a misspelled template key; a pinned hook reads no manifest and parses
-# no YAML.
+# no YAML. A rule module loads when a policy names one of its rules (the example set names
+# none of the capabilities or registration rules), the grant model when a task has a grant.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -28,7 +29,10 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._audit.sqlite_counters",
     "charter._audit.stdout",
     "charter._audit.verify",
+    "charter._policy.capabilities",
     "charter._policy.manifest",
+    "charter._policy.rules.capabilities",
+    "charter._policy.rules.registration",
     "charter._runtime.checkpoints",
     "charter._runtime.models",
     "charter._runtime.otlp",

@@ -365,7 +365,7 @@ def _param_summary(schema: dict[str, Any]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the rules as JSON.")
 def rules(markdown: bool, as_json: bool) -> None:
     """List the registered rules: what each judges and its params (? marks optional ones)."""
-    from charter._policy import rules as _builtin_rules  # noqa: F401  (registers the built-ins)
+    from charter._policy import rules as _builtin_rules  # noqa: F401  (the built-ins' loader)
     from charter._policy.registry import registered_rules
 
     rows = []

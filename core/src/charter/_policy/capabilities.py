@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from charter._model.paths import ROOTS, SCALAR_ROOTS, FieldPath, parse_path
+from charter._policy.grant_keys import GRANT_META, GRANT_STEP
 from charter._policy.regex import compile_re2, fullmatch_function
 
 # decimal loads with the first number a grant compares: most processes never compare one.
@@ -51,10 +52,6 @@ __all__ = [
     "uncovered",
 ]
 
-GRANT_META = "charter.grant"
-"""The meta key of a record that carries grant layers (the task.start, or a narrowing)."""
-GRANT_STEP = "charter.capabilities"
-"""The step name of the record that narrows a running task's grant (``step.self PATCH``)."""
 
 SOURCES = ("user", "operator", "internal", "external", "trusted")
 """Value sources a constraint can demand, each a trust level meaning "at least this level":

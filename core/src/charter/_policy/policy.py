@@ -8,7 +8,7 @@ from enum import StrEnum
 from typing import Any
 
 from charter._model.ijson import checked_copy
-from charter._policy import rules as _builtin_rules  # noqa: F401  (registers the built-ins)
+from charter._policy import rules as _builtin_rules  # noqa: F401  (the built-ins' loader)
 from charter._policy.params import check_params
 from charter._policy.registry import RuleSpec, check_condition, get_rule
 from charter._policy.selector import SELECTOR_SCHEMA, Selector

@@ -1,7 +1,11 @@
 """The rule registry: built-in and user rules, registered with `charter.rule`.
 
-A leaf: the table and the decorator only. The built-in rules register themselves when
-`charter._policy.rules` is imported; every module that looks rules up imports that package.
+A leaf: the table and the decorator only. Every module that looks rules up imports the
+`charter._policy.rules` package, which hands this table its loader (`set_builtin_loader`): a
+built-in rule registers itself when its module is first imported, and that happens the first
+time anything here needs its name (a policy naming it, a rule registered under it). Listing
+the rules, and a name that is not registered, load them all first: what a caller sees is the
+same as if every built-in had been registered up front.
 """
 
 from __future__ import annotations
@@ -60,6 +64,23 @@ class RuleSpec:
 _lock = threading.Lock()
 _rules: dict[str, RuleSpec] = {}
 
+# Loads the built-ins: the module of one rule name (nothing when no built-in has that name),
+# or with None all of them. Set by `charter._policy.rules`.
+_load_builtin: Callable[[str | None], None] | None = None
+
+
+def set_builtin_loader(load: Callable[[str | None], None]) -> None:
+    """Installed by `charter._policy.rules` (its modules import the registry, not the reverse)."""
+    global _load_builtin
+    _load_builtin = load
+
+
+def _ensure(name: str | None) -> None:
+    """Register the built-in rule `name` (all of them with None) if it is not yet."""
+    load = _load_builtin
+    if load is not None and (name is None or name not in _rules):
+        load(name)
+
 
 def rule(
     *,
@@ -88,6 +109,9 @@ def rule(
         raise ValueError(f"rule name {name!r}: use letters, digits and underscores")
 
     def register(fn: F) -> F:
+        # A built-in is registered before a rule of the same name, so the clash is reported
+        # (or the built-in replaced) exactly as if every built-in had been loaded up front.
+        _ensure(name)
         spec = RuleSpec(
             name=name,
             description=description,
@@ -111,6 +135,7 @@ def rule(
 
 def unregister(name: str) -> None:
     """Remove a user rule (tests); built-in rules cannot be removed."""
+    _ensure(name)
     with _lock:
         spec = _rules.get(name)
         if spec is not None and spec.builtin:
@@ -122,6 +147,9 @@ def get_rule(name: str) -> RuleSpec:
     """The rule registered as `name`; KeyError naming the closest registered names otherwise."""
     spec = _rules.get(name)
     if spec is None:
+        _ensure(name)
+        spec = _rules.get(name)
+    if spec is None:
         raise KeyError(unknown_rule_message(name))
     return spec
 
@@ -129,6 +157,7 @@ def get_rule(name: str) -> RuleSpec:
 def unknown_rule_message(name: object) -> str:
     import difflib  # only to suggest a name for a typo
 
+    _ensure(None)  # the names listed and suggested include every built-in
     close = difflib.get_close_matches(str(name), list(_rules), n=3, cutoff=0.5)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return f"unknown rule_type {name!r}{hint} (registered: {', '.join(sorted(_rules))})"
@@ -136,6 +165,7 @@ def unknown_rule_message(name: object) -> str:
 
 def registered_rules() -> tuple[RuleSpec, ...]:
     """Every registered rule, sorted by name."""
+    _ensure(None)
     with _lock:
         return tuple(sorted(_rules.values(), key=lambda s: s.name))
 

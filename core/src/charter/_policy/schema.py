@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from charter._policy import rules as _builtin_rules  # noqa: F401  (registers the built-ins)
+from charter._policy import rules as _builtin_rules  # noqa: F401  (the built-ins' loader)
 from charter._policy.manifest import MANIFEST_KEYS
 from charter._policy.policy import POLICY_KEYS
 from charter._policy.registry import registered_rules

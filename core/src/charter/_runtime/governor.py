@@ -19,7 +19,7 @@ import threading
 import warnings
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from charter._engine.engine import Decision, EvalResult
 from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
@@ -29,22 +29,18 @@ from charter._model.frozen import Frozen
 from charter._model.identifiers import new_id, step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
 from charter._model.paths import iter_strings
-from charter._policy.capabilities import (
-    GRANT_META,
-    GRANT_STEP,
-    Grant,
-    GrantError,
-    GrantLayer,
-    layers_meta,
-    uncovered,
-)
 from charter._policy.policy import Severity
-from charter._policy.rules.capabilities import GrantIndex
 from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
 from charter._runtime.internal import charter_logger, log_debug, report_internal_error
 from charter._runtime.runner import Runner, derive
 from charter._runtime.settings import Settings, load_grant
 from charter._runtime.writer import ExporterLike
+
+if TYPE_CHECKING:
+    # The grant model is loaded by the code that handles a grant: a governor whose tasks
+    # have none never needs it.
+    from charter._policy.capabilities import Grant, GrantLayer
+    from charter._policy.rules.capabilities import GrantIndex
 
 __all__ = ["Governor", "StepHandle", "TaskHandle"]
 
@@ -475,6 +471,11 @@ class Governor:
     ) -> Behavior:
         tid = task_id_from(task_id) if task_id is not None else new_id()
         layers = self._layers(grant)
+        meta: dict[str, Any] = {}
+        if layers:
+            from charter._policy.capabilities import GRANT_META, layers_meta
+
+            meta[GRANT_META] = layers_meta(layers)
         return Behavior(
             agent_id=self.runner.agent_id,
             task_id=tid,
@@ -482,13 +483,17 @@ class Governor:
             step_name=step_name_from(name),
             input=_payload(input),
             properties=_payload(properties) or {},
-            meta={GRANT_META: layers_meta(layers)} if layers else {},
+            meta=meta,
         )
 
     def _layers(self, grant: Any) -> list[GrantLayer]:
         """The grant layers a new task starts with: operator, integration, task, planner."""
         layers: list[GrantLayer] = []
         operator = self.runner.settings.capabilities
+        if operator is None and self.grant is None and grant is None and self.planner is None:
+            return layers
+        from charter._policy.capabilities import Grant, GrantLayer
+
         if operator is not None:
             layers.append(GrantLayer("operator", operator))
         if self.grant is not None:
@@ -514,6 +519,8 @@ class Governor:
         return tid
 
     def _grant_index(self, task_id: str) -> GrantIndex:
+        from charter._policy.rules.capabilities import GrantIndex
+
         index = GrantIndex()
         for step in self.runner.engine.get_history(task_id):
             index.add(step)
@@ -528,6 +535,8 @@ class Governor:
         ValueError a task that is not open here. Its argument constraints add to those in
         force: a narrowing never loosens one.
         """
+        from charter._policy.capabilities import GrantError, GrantLayer, uncovered
+
         tid = self._task_for(task_id)
         new = as_grant(grant, "grant")
         state = self.runner.engine.task_state(tid)
@@ -560,6 +569,8 @@ class Governor:
         await self._run(lambda: self.narrow_grant(grant, task_id=tid))
 
     def _record_grant(self, task_id: str, layers: list[GrantLayer]) -> Behavior:
+        from charter._policy.capabilities import GRANT_META, GRANT_STEP, layers_meta
+
         record = Behavior(
             agent_id=self.runner.agent_id,
             task_id=task_id,
@@ -1133,6 +1144,8 @@ def _checked(answer: Any) -> Approval:
 def as_grant(value: Any, where: str) -> Grant:
     """A grant given in code: a Grant, a mapping, JSON text or a YAML/JSON file path.
     Raises GrantError naming `where` and every problem."""
+    from charter._policy.capabilities import Grant, GrantError
+
     if isinstance(value, Grant):
         return value
     if isinstance(value, Mapping):
@@ -1161,6 +1174,8 @@ def _is_user_message(b: Behavior) -> bool:
 
 def _planned(planner: Any, request: str) -> GrantLayer:
     """The planner's layer for `request`: its grant, or an empty one that says why."""
+    from charter._policy.capabilities import Grant, GrantLayer
+
     try:
         answer = planner(request)
         if inspect.isawaitable(answer):

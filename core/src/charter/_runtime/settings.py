@@ -14,13 +14,16 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from charter._audit.url import display_location
 from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
-from charter._policy.capabilities import Grant, GrantError
 from charter._policy.policy import Policy
+
+if TYPE_CHECKING:
+    # Loaded by the functions that need them: settings without a grant never do.
+    from charter._policy.capabilities import Grant
 
 __all__ = ["Settings", "load_grant"]
 
@@ -143,6 +146,7 @@ def load_grant(path: str | os.PathLike[str]) -> Grant:
     aliases, no duplicate keys); raises GrantError naming the file and every problem."""
     import yaml
 
+    from charter._policy.capabilities import Grant, GrantError
     from charter._policy.manifest import _loader
 
     where = os.fspath(path)
@@ -162,6 +166,8 @@ def load_grant(path: str | os.PathLike[str]) -> Grant:
 
 
 def _grant(value: Any) -> Grant:
+    from charter._policy.capabilities import Grant, GrantError
+
     if isinstance(value, Grant):
         return value
     try:
@@ -473,7 +479,7 @@ def _display(name: str, value: Any) -> str:
     if name == "policies":
         count = len(value)
         return f"{count} inline {'policy' if count == 1 else 'policies'}"
-    if isinstance(value, Grant):
+    if name == "capabilities":  # a Grant: the field's parser makes one
         return f"grants {value.describe()}"[:200]
     if isinstance(value, tuple):
         return ", ".join(value) if value else "-"

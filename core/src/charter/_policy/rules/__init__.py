@@ -1,13 +1,79 @@
-"""Built-in rules; importing this package registers them."""
+"""Built-in rules, each module loaded the first time a rule of it is named.
 
-from charter._policy.rules import (
-    basic,
-    capabilities,
-    compound,
-    guards,
-    history,
-    registration,
-    shell,
-)
+Importing this package registers nothing by itself: it hands the registry a loader, and a
+rule module is imported (registering its rules) when the registry first needs one of its
+names. A policy set thus loads only the rule modules it uses, which a process that lives
+for one decision (the Claude Code hook) pays for on every call; listing the rules or
+looking up an unknown name loads them all. The core tests check `BUILTIN_RULES`
+against what the modules register.
+"""
 
-__all__ = ["basic", "capabilities", "compound", "guards", "history", "registration", "shell"]
+from __future__ import annotations
+
+from importlib import import_module
+
+from charter._policy.registry import set_builtin_loader
+
+__all__ = [
+    "BUILTIN_RULES",
+    "basic",
+    "capabilities",
+    "compound",
+    "guards",
+    "history",
+    "registration",
+    "shell",
+]
+
+#: The module (of this package) that defines each built-in rule.
+BUILTIN_RULES: dict[str, str] = {
+    "deny": "basic",
+    "allow_only": "basic",
+    "field_matches": "basic",
+    "field_in": "basic",
+    "field_not_in": "basic",
+    "field_compare": "basic",
+    "capabilities": "capabilities",
+    "all_of": "compound",
+    "any_of": "compound",
+    "not": "compound",
+    "time_window": "guards",
+    "path_within_root": "guards",
+    "no_secrets": "guards",
+    "max_steps": "history",
+    "rate_limit": "history",
+    "budget": "history",
+    "requires_gate": "history",
+    "forbid_after": "history",
+    "no_repeat": "history",
+    "value_provenance": "history",
+    "requires_fields": "registration",
+    "classification_not_in": "registration",
+    "shell_command": "shell",
+}
+
+_MODULES = tuple(dict.fromkeys(BUILTIN_RULES.values()))
+_all_loaded = False
+
+
+def _load(name: str | None) -> None:
+    global _all_loaded
+    if name is not None:
+        module = BUILTIN_RULES.get(name)
+        if module is not None:
+            import_module(f"{__name__}.{module}")
+        return
+    if not _all_loaded:
+        for module in _MODULES:
+            import_module(f"{__name__}.{module}")
+        _all_loaded = True
+
+
+def __getattr__(name: str) -> object:
+    # `charter._policy.rules.basic` and the like, as when the package imported them all.
+    if name in _MODULES:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+set_builtin_loader(_load)

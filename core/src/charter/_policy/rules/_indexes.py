@@ -26,7 +26,6 @@ from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, O
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath
 from charter._model.trust import ALL, OutputPath, Trust, parse_output_path, trust_level
-from charter._policy.capabilities import GRANT_META, GRANT_STEP
 from charter._policy.extract import (
     iban_checksum_ok,
     json_number_key,
@@ -38,6 +37,7 @@ from charter._policy.extract import (
     number_key,
     scan,
 )
+from charter._policy.grant_keys import GRANT_META, GRANT_STEP
 from charter._policy.regex import compile_re2
 from charter._policy.selector import Selector
 
