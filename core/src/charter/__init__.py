@@ -17,8 +17,9 @@ _TYPE_CHECKING = False
 if _TYPE_CHECKING:
     from typing import Any as _Any
 
-    from charter._audit.base import AuditStore, StoreError, VerifyReport
+    from charter._audit.base import AuditStore, StoreError
     from charter._audit.location import open_store, verify
+    from charter._audit.report import VerifyReport
     from charter._engine.engine import Decision, EvalResult, LoadReport, PolicyEngine, PolicyResult
     from charter._model.behavior import (
         CLOSING_KINDS,
@@ -110,7 +111,7 @@ _LAZY: dict[str, str] = {
     "TaskHandle": "charter._runtime.governor",
     "TaskHistory": "charter._model.history",
     "Verb": "charter._model.behavior",
-    "VerifyReport": "charter._audit.base",
+    "VerifyReport": "charter._audit.report",
     "Violation": "charter._policy.registry",
     "callback_approver": "charter._runtime.approval",
     "canonical_digest": "charter._model.ijson",

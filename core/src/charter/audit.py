@@ -24,17 +24,11 @@ file that cannot be used or trusted.
 
 from __future__ import annotations
 
-from charter._audit.base import (
-    AuditStore,
-    ChainBreak,
-    Gap,
-    StoreError,
-    VerifyReport,
-    is_intent_record,
-)
+from charter._audit.base import AuditStore, StoreError, is_intent_record
 from charter._audit.chain import ChainHead, canonical_json, entry_hash
 from charter._audit.checkpoint import Checkpoint, CheckpointExporter, JsonlCheckpointFile
 from charter._audit.location import open_store, verify
+from charter._audit.report import ChainBreak, Gap, VerifyReport
 from charter._audit.signing import KeyFileError, PublicKey, create_key_pair, load_public_key
 from charter._runtime.otlp import OtlpExporter, checkpoints_from_spans, task_trace_ids
 

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 import rfc8785
-from charter._audit.base import StoreError, VerifyReport
+from charter._audit.base import StoreError
 from charter._audit.chain import entry_hash
 from charter._audit.location import open_store, verify
+from charter._audit.report import VerifyReport
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

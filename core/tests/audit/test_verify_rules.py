@@ -6,7 +6,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from charter._audit.base import ChainBreak, VerifyReport
+from charter._audit.report import ChainBreak, VerifyReport
 from charter._audit.verify import RecordedHead, StoredRow, check_chain
 
 

@@ -17,14 +17,16 @@ from pathlib import Path
 
 # Loaded on demand only: checkpoints and signing need a signing key, verification a
 # `verify` call, counters a shared limit, logging a message, the model-client lifecycle a
-# model call, difflib a misspelled template key; a pinned hook reads no manifest and parses
-# no YAML. A rule module loads when a policy names one of its rules (the example set names
-# none of the capabilities or registration rules), the grant model when a task has a grant.
+# model call, difflib a misspelled template key, the report classes a listing, a `verify`
+# or the writer's gaps; a pinned hook reads no manifest and parses no YAML. A rule module
+# loads when a policy names one of its rules (the example set names none of the
+# capabilities or registration rules), the grant model when a task has a grant.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
     "charter._audit.counters",
     "charter._audit.jsonl",
+    "charter._audit.report",
     "charter._audit.signing",
     "charter._audit.sqlite_counters",
     "charter._audit.stdout",

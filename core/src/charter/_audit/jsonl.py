@@ -41,11 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from charter._audit.base import (
-    ChainBreak,
-    Gap,
     StoreError,
-    TaskSummary,
-    VerifyReport,
     check_process,
     check_store_path,
     closed_error,
@@ -61,6 +57,7 @@ from charter._audit.chain import (
     seal,
 )
 from charter._audit.checkpoint import CHECKPOINT_KEY, is_checkpoint_line
+from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
 from charter._audit.verify import RecordedHead, StoredRow, build_report, check_chain, row_from_entry
 
 __all__ = ["FENCE_KEY", "HEADS_SUFFIX", "JsonlStore"]

@@ -15,12 +15,13 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
-from charter._audit.base import AuditStore, StoreError, VerifyReport
+from charter._audit.base import AuditStore, StoreError
 from charter._audit.sqlite import SQLiteStore
 
 # The other stores and the checkpoint verifier are imported where they are used: a hook
 # process opens one SQLite store and never verifies, and its import time is the user's wait.
 if TYPE_CHECKING:
+    from charter._audit.report import VerifyReport
     from charter._audit.signing import PublicKey
     from charter._audit.vouch import CheckpointSource
 

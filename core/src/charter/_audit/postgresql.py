@@ -52,11 +52,7 @@ import psycopg
 from psycopg_pool import ConnectionPool
 
 from charter._audit.base import (
-    ChainBreak,
-    Gap,
     StoreError,
-    TaskSummary,
-    VerifyReport,
     check_process,
     closed_error,
     decode_task_records,
@@ -74,6 +70,7 @@ from charter._audit.chain import (
 from charter._audit.checkpoint import CHECKPOINT_KEY
 from charter._audit.postgresql_counters import MIGRATION as _COUNTERS_MIGRATION
 from charter._audit.postgresql_counters import PostgresCounters
+from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
 from charter._audit.url import display_location
 from charter._audit.verify import (
     RecordedHead,

@@ -32,11 +32,7 @@ from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from charter._audit.base import (
-    ChainBreak,
-    Gap,
     StoreError,
-    TaskSummary,
-    VerifyReport,
     check_process,
     check_store_path,
     closed_error,
@@ -53,9 +49,10 @@ from charter._audit.chain import (
     seal_after,
 )
 
-# Verification, checkpoints and the shared counters load on first use: a process that only
-# restores a task and records a step (a hook call) needs none of them.
+# Verification, checkpoints, the shared counters and the report classes load on first use: a
+# process that only restores a task and records a step (a hook call) needs none of them.
 if TYPE_CHECKING:
+    from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
     from charter._audit.sqlite_counters import SQLiteCounters
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
@@ -322,6 +319,8 @@ class SQLiteStore:
 
     def list_tasks(self, agent_id: str | None = None) -> list[TaskSummary]:
         """One summary per chain in order of first appearance; `steps` is the head seq."""
+        from charter._audit.report import TaskSummary
+
         where = "" if agent_id is None else " WHERE c.agent_id = ?"
         params: tuple[str, ...] = () if agent_id is None else (agent_id,)
         same_chain = "s.agent_id = c.agent_id AND s.task_id = c.task_id"

@@ -11,14 +11,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from charter._audit.base import (
-    StoreError,
-    TaskSummary,
-    VerifyReport,
-    closed_error,
-    prepare_batch,
-)
+from charter._audit.base import StoreError, closed_error, prepare_batch
 from charter._audit.chain import ChainHead, canonical_json, seal
+from charter._audit.report import TaskSummary, VerifyReport
 
 __all__ = ["StdoutStore"]
 

@@ -35,8 +35,9 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from charter._audit.base import GAP_KEY, BreakReason, ChainBreak, Gap, VerifyReport
+from charter._audit.base import GAP_KEY
 from charter._audit.chain import decode_json, entry_hash, is_closing
+from charter._audit.report import BreakReason, ChainBreak, Gap, VerifyReport
 
 __all__ = [
     "RecordedHead",

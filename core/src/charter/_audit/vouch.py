@@ -29,8 +29,9 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from charter._audit.base import AuditStore, ChainBreak, StoreError, VerifyReport
+from charter._audit.base import AuditStore, StoreError
 from charter._audit.checkpoint import Checkpoint
+from charter._audit.report import ChainBreak, VerifyReport
 from charter._audit.signing import PublicKey
 
 __all__ = ["CheckpointSource", "stored_hashes", "vouch"]

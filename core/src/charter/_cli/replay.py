@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from charter._audit.base import AuditStore, TaskSummary
+    from charter._audit.base import AuditStore
+    from charter._audit.report import TaskSummary
     from charter._model.behavior import Behavior
     from charter._policy.policy import Policy
 

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from charter._audit.base import is_intent_record
 
 if TYPE_CHECKING:
-    from charter._audit.base import AuditStore, TaskSummary
+    from charter._audit.base import AuditStore
+    from charter._audit.report import TaskSummary
 
 __all__ = ["ReportFilter", "collect_report", "parse_since", "render_report", "step_tree"]
 

@@ -33,15 +33,17 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
-from charter._audit.base import GAP_KEY, AuditStore, Gap, StoreError
+from charter._audit.base import GAP_KEY, AuditStore, StoreError
 from charter._audit.chain import prepare_entry
 from charter._audit.location import open_store
 from charter._model.behavior import Behavior
 from charter._runtime.internal import report_internal_error
 
-# Checkpoints (and the signing code under them) load only when a signing key is set.
+# Checkpoints (and the signing code under them) load only when a signing key is set, the
+# Gap class when someone asks for the gaps held.
 if TYPE_CHECKING:
     from charter._audit.checkpoint import CheckpointExporter
+    from charter._audit.report import Gap
     from charter._runtime.checkpoints import Checkpointer
 
 __all__ = ["AuditWriter", "Exporter", "StepObserver", "is_high_value"]
@@ -341,6 +343,8 @@ class AuditWriter:
 
     def gaps(self) -> list[Gap]:
         """The gaps held now: dropped records no stored record declares yet."""
+        from charter._audit.report import Gap
+
         with self._cond:
             return [
                 Gap(agent_id, task_id, lo, hi, cause, detail)
