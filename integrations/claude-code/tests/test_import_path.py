@@ -20,7 +20,8 @@ from pathlib import Path
 # model call, difflib a misspelled template key, the report classes a listing, a `verify`
 # or the writer's gaps; a pinned hook reads no manifest and parses no YAML. A rule module
 # loads when a policy names one of its rules (the example set names none of the
-# capabilities or registration rules), the grant model when a task has a grant.
+# capabilities or registration rules), the grant model when a task has a grant, the
+# approval machinery when a policy asks for an approval (none of these calls does).
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -35,6 +36,7 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._policy.manifest",
     "charter._policy.rules.capabilities",
     "charter._policy.rules.registration",
+    "charter._runtime.approval",
     "charter._runtime.checkpoints",
     "charter._runtime.models",
     "charter._runtime.otlp",

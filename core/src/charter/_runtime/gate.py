@@ -27,7 +27,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult, PolicyResult
@@ -36,12 +36,15 @@ from charter._model.errors import AuditError, BlockedError
 from charter._model.identifiers import step_name_from, task_id_from
 from charter._model.paths import iter_strings
 from charter._policy.policy import Severity
-from charter._runtime.approval import ApprovalRequest
 from charter._runtime.governor import Governor, StepHandle
 from charter._runtime.internal import log_debug, report_internal_error
 from charter._runtime.runner import Runner
 from charter._runtime.settings import Settings
 from charter._runtime.steps import Step, message_step, tool_step
+
+if TYPE_CHECKING:
+    # The approval machinery loads with the first step a policy wants approved.
+    from charter._runtime.approval import ApprovalRequest
 
 __all__ = [
     "CLAIM_KEY",
@@ -510,6 +513,8 @@ class Gate:
             result = runner.preview(b)
             if result.decision is not EngineDecision.ASK:
                 return None
+            from charter._runtime.approval import ApprovalRequest
+
             request = ApprovalRequest(b, result.violations, result.reason, result)
         except Exception as exc:
             log_debug("charter: no approval preview for %r: %s", step.name, exc)
@@ -563,13 +568,13 @@ class Gate:
         got: EvalResult | ApprovalRequest,
         call_id: str | None,
     ) -> Decision:
-        if isinstance(got, ApprovalRequest):
-            cid = call_id
-            if cid is None:
-                tool = step.properties.get("tool")
-                cid = tool.get("call_id") if isinstance(tool, Mapping) else None
-            return Pending(step, task_id, got, cid if isinstance(cid, str) else None)
-        return Allowed(StepHandle(self.governor, b, got), got.reason, got)
+        if isinstance(got, EvalResult):
+            return Allowed(StepHandle(self.governor, b, got), got.reason, got)
+        cid = call_id
+        if cid is None:
+            tool = step.properties.get("tool")
+            cid = tool.get("call_id") if isinstance(tool, Mapping) else None
+        return Pending(step, task_id, got, cid if isinstance(cid, str) else None)
 
     def undecided(self, step: Step, exc: BaseException) -> Allowed | Blocked:
         """The decision on `step` when Charter could not judge it because of `exc` (the one
@@ -1004,6 +1009,8 @@ class Gate:
     def load_pending(self, saved: Mapping[str, Any]) -> Pending:
         """The `Pending` that `save_pending` kept (policy results without their
         descriptions). Refuses (ValueError, KeyError) what is not such a form."""
+        from charter._runtime.approval import ApprovalRequest
+
         b = Behavior.from_dict(dict(saved["step"]))
         verdict = saved.get("verdict")
         verdict = verdict if isinstance(verdict, Mapping) else {}

@@ -30,17 +30,17 @@ from charter._model.identifiers import new_id, step_name_from, task_id_from
 from charter._model.ijson import canonical_digest
 from charter._model.paths import iter_strings
 from charter._policy.policy import Severity
-from charter._runtime.approval import Approval, ApprovalRequest, Approver, deny_all, gate_record
 from charter._runtime.internal import charter_logger, log_debug, report_internal_error
 from charter._runtime.runner import Runner, derive
 from charter._runtime.settings import Settings, load_grant
 from charter._runtime.writer import ExporterLike
 
 if TYPE_CHECKING:
-    # The grant model is loaded by the code that handles a grant: a governor whose tasks
-    # have none never needs it.
+    # The grant model is loaded by the code that handles a grant, the approval machinery by
+    # a step a policy wants approved: a governor whose tasks need neither never loads them.
     from charter._policy.capabilities import Grant, GrantLayer
     from charter._policy.rules.capabilities import GrantIndex
+    from charter._runtime.approval import Approval, ApprovalRequest, Approver
 
 __all__ = ["Governor", "StepHandle", "TaskHandle"]
 
@@ -418,7 +418,7 @@ class Governor:
         else:
             self._owns_runner = False
         self.runner = runner
-        self.approver: Any = approver if approver is not None else deny_all
+        self._approver: Any = approver
         self.grant = own_grant
         self.planner = planner
         self._current: contextvars.ContextVar[str | None] = contextvars.ContextVar(
@@ -504,6 +504,20 @@ class Governor:
             waiting = "the planner runs on the task's first user message"
             layers.append(GrantLayer("planner", Grant.empty(), waiting, pending=True))
         return layers
+
+    @property
+    def approver(self) -> Any:
+        """Who answers when a policy wants a step approved; `deny_all` unless one was given."""
+        approver = self._approver
+        if approver is None:
+            from charter._runtime.approval import deny_all
+
+            approver = self._approver = deny_all
+        return approver
+
+    @approver.setter
+    def approver(self, approver: Any) -> None:
+        self._approver = approver
 
     # -- capabilities -------------------------------------------------------------------------
 
@@ -901,6 +915,8 @@ class Governor:
         used once: the next `begin_step` in the task with that name and input that a policy
         asks about takes it instead of calling the approver. Returns the recorded gate.
         """
+        from charter._runtime.approval import Approval, ApprovalRequest
+
         request = step if isinstance(step, ApprovalRequest) else ApprovalRequest(step, (), "")
         gate = self._record_gate(task_id, request, Approval(bool(approved), by, why))
         with self._lock:
@@ -910,6 +926,8 @@ class Governor:
     def _record_gate(
         self, task_id: str, request: ApprovalRequest, approval: Approval
     ) -> tuple[Behavior, _Gate]:
+        from charter._runtime.approval import gate_record
+
         b = request.behavior
         if b.task_id != task_id:
             b = derive(b, task_id=task_id)
@@ -941,6 +959,8 @@ class Governor:
         if result.decision is _ASK:
             gate = self._take_approval(b)
             if gate is None:
+                from charter._runtime.approval import ApprovalRequest
+
                 request = ApprovalRequest(b, result.violations, result.reason, result)
                 approval: Approval = yield _Ask(request)
                 _, gate = yield _Call(self._record_gate, (b.task_id, request, approval))
@@ -1015,6 +1035,8 @@ class Governor:
         return fn(*args)
 
     def _ask(self, request: ApprovalRequest) -> Approval:
+        from charter._runtime.approval import Approval
+
         self.approvals_asked += 1
         try:
             answer = self.approver(request)
@@ -1046,6 +1068,8 @@ class Governor:
             return self._approver_failed(exc)
 
     def _approver_failed(self, exc: Exception) -> Approval:
+        from charter._runtime.approval import Approval
+
         charter_logger().error("charter: the approver raised; the step is denied", exc_info=exc)
         return Approval(False, "charter", f"the approver raised {type(exc).__name__}: {exc}")
 
@@ -1136,6 +1160,8 @@ def _is_async(fn: Any) -> bool:
 
 
 def _checked(answer: Any) -> Approval:
+    from charter._runtime.approval import Approval
+
     if isinstance(answer, Approval):
         return answer
     raise TypeError(f"the approver returned {type(answer).__name__}, not an Approval")
