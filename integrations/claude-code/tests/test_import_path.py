@@ -21,7 +21,8 @@ from pathlib import Path
 # or the writer's gaps; a pinned hook reads no manifest and parses no YAML. A rule module
 # loads when a policy names one of its rules (the example set names none of the
 # capabilities or registration rules), the grant model when a task has a grant, the
-# approval machinery when a policy asks for an approval (none of these calls does).
+# approval machinery when a policy asks for an approval (none of these calls does), the
+# record of a swallowed error when there is one.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -38,6 +39,7 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._policy.rules.registration",
     "charter._runtime.approval",
     "charter._runtime.checkpoints",
+    "charter._runtime.internal_error",
     "charter._runtime.models",
     "charter._runtime.otlp",
     "charter._server",

@@ -12,14 +12,14 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import logging
 
+    from charter._runtime.internal_error import InternalError
+
 __all__ = [
-    "InternalError",
     "charter_logger",
     "internal_error_count",
     "log_debug",
@@ -49,17 +49,6 @@ def log_debug(message: str, *args: object) -> None:
 _KEEP = 1000
 
 
-@dataclass(frozen=True, slots=True)
-class InternalError:
-    """One swallowed error: where it happened, its type and message, and a serial number."""
-
-    serial: int
-    where: str
-    type: str
-    message: str
-    traceback: str
-
-
 _lock = threading.Lock()
 _recent: deque[InternalError] = deque(maxlen=_KEEP)
 _count = 0
@@ -76,6 +65,8 @@ def report_internal_error(exc: BaseException, where: str) -> None:
     try:
         kind = (where, type(exc).__name__)
         import traceback
+
+        from charter._runtime.internal_error import InternalError
 
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         with _lock:

@@ -43,7 +43,7 @@ if typing.TYPE_CHECKING:
     from collections.abc import Iterator
 
     from charter._runtime.governor import Governor
-    from charter._runtime.internal import InternalError
+    from charter._runtime.internal_error import InternalError
 
 __all__ = [
     "CONTRACT_TOOL",
