@@ -53,14 +53,17 @@ NOT_ON_THE_HOOK_PATH = (
 )
 
 # Runs the hook's main() in this process and writes the loaded modules out when it exits
-# (the hook ends with os._exit once its answer is out).
+# (the hook ends with os._exit once its answer is out), and whether it compiled the secret
+# scanner (tens of milliseconds; a call whose texts the pre-filter clears never needs it).
 _RUN = """
 import json, os, sys
 out = sys.argv.pop(1)
 real_exit = os._exit
 def dump(code):
+    secrets = sys.modules.get("charter._policy.secrets")
+    compiled = secrets is not None and secrets._all_shapes_scanner().compiled
     with open(out, "w", encoding="utf-8") as f:
-        json.dump(sorted(sys.modules), f)
+        json.dump({"modules": sorted(sys.modules), "scanner_compiled": compiled}, f)
     real_exit(code)
 os._exit = dump
 from charter_claude_code._hook import main
@@ -70,7 +73,7 @@ main(sys.argv[1:])
 
 def _loaded(
     tmp_path: Path, env: dict[str, str], argv: list[str], payload: dict[str, object]
-) -> tuple[dict[str, object], set[str]]:
+) -> tuple[dict[str, object], set[str], bool]:
     out = tmp_path / f"modules-{payload['hook_event_name']}-{payload['tool_use_id']}.json"
     argv = [sys.executable, "-c", _RUN, str(out), *argv]
     done = subprocess.run(
@@ -78,7 +81,8 @@ def _loaded(
     )
     assert done.returncode == 0, done.stderr.decode()
     answer = json.loads(done.stdout) if done.stdout.strip() else {}
-    return answer, set(json.loads(out.read_text(encoding="utf-8")))
+    found = json.loads(out.read_text(encoding="utf-8"))
+    return answer, set(found["modules"]), found["scanner_compiled"]
 
 
 def _event(project: Path, name: str, tool_use_id: str, command: str, **extra: object):
@@ -111,7 +115,7 @@ def test_a_tool_call_loads_only_what_it_uses(
     answers = []
     for event, payload in calls:
         argv = ["--event", event, "--policy", str(policy), "--pin", pin]
-        answer, modules = _loaded(tmp_path, hook_env, argv, payload)
+        answer, modules, scanner_compiled = _loaded(tmp_path, hook_env, argv, payload)
         answers.append(answer)
         # The call really was judged in this process: the engine and the store were used.
         assert {"charter._engine.engine", "charter._audit.sqlite"} <= modules
@@ -121,5 +125,7 @@ def test_a_tool_call_loads_only_what_it_uses(
             if any(m == name or m.startswith(name + ".") for name in NOT_ON_THE_HOOK_PATH)
         )
         assert unexpected == [], f"{event} {payload['tool_use_id']} loaded {unexpected}"
+        # No text of these calls can hold a secret, and the pre-filter tells so.
+        assert not scanner_compiled, f"{event} {payload['tool_use_id']} compiled the scanner"
     assert answers[0] == {} and answers[1] == {}
     assert answers[2]["hookSpecificOutput"]["permissionDecision"] == "deny"

@@ -1092,9 +1092,11 @@ _DOTTED_ONLY = bytes(
 _PREFILTER_MAX = 1 << 16
 # A process that scans this many texts is long-lived (an agent, a server), for which the
 # compiled scanner is the cheaper one (about a microsecond per short text, the pre-filter
-# tens): from then on the scanner is compiled and used directly. A hook process scans a
-# handful of texts and never gets there.
-_PREFILTER_CALLS = 32
+# tens): from then on the scanner is compiled and used directly. A hook process never gets
+# there: one Claude Code tool call scans a few dozen texts (every key and string of the
+# records it redacts, 35 for an allowed shell command), and compiling costs as much as
+# several hundred pre-filtered texts.
+_PREFILTER_CALLS = 256
 _prefiltered = [0]
 
 
