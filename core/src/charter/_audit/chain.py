@@ -9,7 +9,6 @@ digests and everything else that is hashed).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -20,6 +19,7 @@ import orjson
 
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.ijson import MAX_SAFE_INT, canonical_json, checked_copy
+from charter._model.sha256 import sha256_hex
 
 __all__ = [
     "CHAIN_FIELDS",
@@ -115,7 +115,7 @@ def canonical_bytes(entry: Mapping[str, Any]) -> bytes:
 
 def entry_hash(entry: Mapping[str, Any]) -> str:
     """Lowercase hex SHA-256 of `canonical_bytes(entry)`. Raises ValueError when not I-JSON."""
-    return hashlib.sha256(canonical_bytes(entry)).hexdigest()
+    return sha256_hex(canonical_bytes(entry))
 
 
 def is_closing(entry: Mapping[str, Any]) -> bool:
@@ -320,7 +320,7 @@ def seal_after(prepared: PreparedEntry, head_seq: int, head_hash: str | None) ->
     before, mid, high, top = prepared.groups
     prev = b"null" if head_hash is None else b'"%s"' % head_hash.encode("ascii")
     after = b'%s"prev_hash":%s%s"seq":%d%s' % (mid, prev, high, seq, top)
-    digest = hashlib.sha256(before + after).hexdigest()
+    digest = sha256_hex(before + after)
     body = b'%s"hash":"%s",%s' % (before, digest.encode("ascii"), after)
     record = prepared.entry.copy()
     record["seq"] = seq

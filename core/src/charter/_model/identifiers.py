@@ -7,12 +7,19 @@ deterministically.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 import string
 import threading
 import unicodedata
+
+from charter._model.sha256 import sha256_hex
+
+# hashlib's blake2b is this one; importing hashlib would also load OpenSSL (see sha256).
+try:
+    from _blake2 import blake2b as _blake2b
+except ImportError:  # pragma: no cover - a Python built without it
+    from hashlib import blake2b as _blake2b
 
 __all__ = [
     "check_identifier",
@@ -84,7 +91,7 @@ def task_id_from(raw: object) -> str:
     text = raw if isinstance(raw, str) else str(raw)
     if 1 <= len(text) <= 100 and _id_chars(text):
         return text
-    return "x-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return "x-" + sha256_hex(text.encode("utf-8", "surrogatepass"))[:32]
 
 
 def step_name_from(value: object) -> str:
@@ -162,9 +169,7 @@ class _IdSource:
         block, at = divmod(n, 10)
         found = self._block
         if found[0] != block:
-            digest = hashlib.blake2b(
-                block.to_bytes(4, "big"), key=self._key, digest_size=60
-            ).hexdigest()
+            digest = _blake2b(block.to_bytes(4, "big"), key=self._key, digest_size=60).hexdigest()
             found = self._block = (block, digest)
         at *= 12
         return f"{found[1][at : at + 12]}{n:08x}{self._suffix}"

@@ -18,7 +18,6 @@ tests compare them. Anything else goes through `rfc8785`.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Callable, Iterable
@@ -26,6 +25,8 @@ from typing import Any
 
 import orjson
 import rfc8785
+
+from charter._model.sha256 import sha256_hex
 
 __all__ = ["MAX_SAFE_INT", "canonical_digest", "canonical_json", "checked_copy"]
 
@@ -243,17 +244,17 @@ def canonical_digest(value: Any) -> str:
         try:
             if _safe_values((value,)):
                 try:
-                    return hashlib.sha256(_orjson(value, option=_SORTED)).hexdigest()
+                    return sha256_hex(_orjson(value, option=_SORTED))
                 except TypeError:
                     text = _stdlib_json(value)
-                return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
-            return hashlib.sha256(rfc8785.dumps(value)).hexdigest()
+                return sha256_hex(text.encode("utf-8", "surrogatepass"))
+            return sha256_hex(rfc8785.dumps(value))
         except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError):
             pass
         text = "".join(_lenient(value, []))
     except RecursionError:
         raise ValueError("value is nested too deeply (or contains itself)") from None
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return sha256_hex(text.encode("utf-8", "surrogatepass"))
 
 
 def _lenient(value: Any, out: list[str]) -> list[str]:

@@ -30,12 +30,12 @@ error, and the failure is counted and reported as an internal error.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Sequence
 from typing import Any
 
 from charter._model.ijson import canonical_digest
+from charter._model.sha256 import sha256_hex
 from charter._policy.secrets import (
     contains_secret,
     contains_secret_in_any,
@@ -406,8 +406,8 @@ class Redactor:
                 if type(task_id) is not str or task_id != last:
                     stored = None
                     if contains_secret(task_id):
-                        digest = hashlib.sha256(task_id.encode("utf-8", "surrogatepass"))
-                        stored = "x-" + digest.hexdigest()[:32]
+                        digest = sha256_hex(task_id.encode("utf-8", "surrogatepass"))
+                        stored = "x-" + digest[:32]
                     self._last_task = (task_id, stored)
                 if stored is not None:
                     out["task_id"] = stored

@@ -20,11 +20,10 @@ what an index's state means changes, so that no process loads a state another ve
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 
+from charter._model.sha256 import compare_digest, hmac_sha256_hex, sha256_hex
 from charter._runtime.project_files import ensure_secret, private_dir, read_secret, serve_dir
 
 TYPE_CHECKING = False
@@ -50,11 +49,11 @@ class HistorySnapshots:
         self._key = key.encode("ascii")
 
     def path(self, agent_id: str, task_id: str) -> str:
-        name = hashlib.sha256(f"{agent_id}\0{task_id}".encode("utf-8", "surrogatepass"))
-        return os.path.join(self.folder, name.hexdigest()[:32] + ".snapshot")
+        name = sha256_hex(f"{agent_id}\0{task_id}".encode("utf-8", "surrogatepass"))
+        return os.path.join(self.folder, name[:32] + ".snapshot")
 
     def _sign(self, body: bytes) -> str:
-        return hmac.new(self._key, body, hashlib.sha256).hexdigest()
+        return hmac_sha256_hex(self._key, body)
 
     def load(
         self, agent_id: str, task_id: str, head_seq: int, head_hash: str | None
@@ -69,7 +68,7 @@ class HistorySnapshots:
         if len(data) > _MAX_BYTES:
             return None
         mac, sep, body = data.partition(b"\n")
-        if not sep or not hmac.compare_digest(mac, self._sign(body).encode("ascii")):
+        if not sep or not compare_digest(mac, self._sign(body).encode("ascii")):
             return None
         try:
             found = json.loads(body)

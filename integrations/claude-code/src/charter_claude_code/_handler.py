@@ -32,7 +32,6 @@ the side state before the lock is released.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -51,6 +50,7 @@ from charter_claude_code._answers import (
     pre_tool_use,
     silent,
 )
+from charter_claude_code._digest import sha256_hex
 from charter_claude_code._policies import ConfigError, PolicySource, policy_source
 from charter_claude_code._protect import POLICY_NAME
 from charter_claude_code._state import LockTimeout, SessionLock, SessionState, StateError
@@ -273,7 +273,7 @@ def _key(event: Mapping[str, Any]) -> str:
     blob = json.dumps(
         [event.get("tool_name"), event.get("tool_input")], sort_keys=True, default=str
     )
-    return "h-" + hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return "h-" + sha256_hex(blob.encode("utf-8", "surrogatepass"))[:32]
 
 
 def _one_line(text: str) -> str:

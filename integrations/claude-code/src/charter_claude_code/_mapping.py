@@ -9,12 +9,13 @@ joined to the session's cwd, symlinks followed with realpath) into
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from charter_claude_code._digest import sha256_hex
 
 __all__ = ["PROMPT_STEP", "code_stamp", "refine", "resolve_path", "template_set"]
 
@@ -66,7 +67,7 @@ def code_stamp(package_file: str, *names: str) -> str:
         for f in sorted(folder.glob(pattern)):
             st = f.stat()
             parts.append(f"{f.relative_to(folder)}:{st.st_mtime_ns}:{st.st_size}")
-    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+    return sha256_hex("\n".join(parts).encode())[:32]
 
 
 def template_set(location: str | None, trusted: Mapping[str, Any] | None = None) -> Any:

@@ -17,12 +17,13 @@ would. The lock dies with its process, so a killed hook never leaves it held.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Any
+
+from charter_claude_code._digest import sha256_hex
 
 __all__ = ["LockTimeout", "SessionLock", "SessionState", "StateError", "session_key"]
 
@@ -42,7 +43,7 @@ def session_key(session_id: str) -> str:
     if 1 <= len(session_id) <= 100 and all(c.isalnum() or c in "-_." for c in session_id):
         if not session_id.startswith("."):
             return session_id
-    return "s-" + hashlib.sha256(session_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+    return "s-" + sha256_hex(session_id.encode("utf-8", "surrogatepass"))[:32]
 
 
 class SessionLock:

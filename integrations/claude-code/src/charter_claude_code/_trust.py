@@ -30,12 +30,13 @@ the always-on rule (`_protect`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from charter_claude_code._digest import sha256_hex
 
 __all__ = [
     "ANCHOR_NAME",
@@ -88,7 +89,7 @@ def source_names(files: Sequence[str], root: str) -> list[str]:
 
 
 def _sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return sha256_hex(data)
 
 
 def current_sources(
@@ -234,7 +235,7 @@ def anchor_marker(root: str, environ: Mapping[str, str]) -> Path | None:
     home = environ.get("HOME") or os.path.expanduser("~")
     if not home or home == "~":
         return None
-    key = hashlib.sha256(os.path.realpath(root).encode("utf-8", "surrogatepass")).hexdigest()
+    key = sha256_hex(os.path.realpath(root).encode("utf-8", "surrogatepass"))
     return Path(home) / ".charter" / "claude-code" / "anchors" / key[:32]
 
 
