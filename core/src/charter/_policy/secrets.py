@@ -1092,11 +1092,9 @@ _DOTTED_ONLY = bytes(
 _PREFILTER_MAX = 1 << 16
 # A process that scans this many texts is long-lived (an agent, a server), for which the
 # compiled scanner is the cheaper one (about a microsecond per short text, the pre-filter
-# tens): from then on the scanner is compiled and used directly. A hook process never gets
-# there: one Claude Code tool call scans a few dozen texts (every key and string of the
-# records it redacts, 35 for an allowed shell command), and compiling costs as much as
-# several hundred pre-filtered texts.
-_PREFILTER_CALLS = 256
+# tens): from then on the scanner is compiled and used directly. A hook process scans a
+# handful of texts (the redactor asks a batch's texts joined, as one) and never gets there.
+_PREFILTER_CALLS = 32
 _prefiltered = [0]
 
 
@@ -1198,14 +1196,17 @@ def contains_secret_in_any(texts: Sequence[str]) -> bool:
 
     False proves every text clean: it is never False where `contains_secret` of one text is
     True. True says look closer: it may also be said where no single text holds a secret
-    (a match spanning two decoded base64 runs). Once the scanner is built, plain ASCII texts
-    are read in one scan of all of them joined (the writer asks this of every batch);
-    before that, or for a text with ``%`` or non-ASCII characters, each text is asked alone.
+    (a match spanning two decoded base64 runs). Once the scanner is built, the plain ASCII
+    texts are read in one scan of all of them joined (the writer asks this of every batch)
+    and a text with ``%`` or non-ASCII characters is asked alone; before that, the texts
+    joined are asked as one (`contains_secret`).
     """
     search = _all_shapes_scanner()._search
-    if search is None:
-        return any(contains_secret(t) for t in texts)
     joined = _TEXT_JOIN.join(texts)
+    if search is None:
+        # One pre-filtered text, not one per text: a hook call's records hold dozens of
+        # texts, and every text asked counts against the pre-filter's budget.
+        return contains_secret(joined)
     if "%" in joined or not joined.isascii():
         # The others still go in one scan, in order: then what is said of a batch of
         # records' texts is said of every record's own texts (those of a record are
