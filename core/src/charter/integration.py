@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from charter._model.behavior import CLOSING_KINDS
+from charter._model.sha256 import sha256_hex
 from charter._runtime.gate import (
     CLAIM_KEY,
     Allowed,
@@ -131,6 +132,7 @@ __all__ = [
     "read_answers",
     "remember_verdicts",
     "run_task_id",
+    "sha256_hex",
     "tool_call",
     "tool_step",
     "tool_verdicts",

@@ -25,23 +25,13 @@ the server calls).
 from __future__ import annotations
 
 import os
-import sys
+
+from charter._model.sha256 import hmac_sha256_hex, sha256_hex
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from hashlib import sha256 as _sha256
     from typing import Any
-else:
-    # The built-in SHA-256 spares a hook process the OpenSSL load that hashlib (and hmac)
-    # start with, about 2 ms: _sha256 up to Python 3.11, _sha2 since; else hashlib.
-    try:
-        if sys.version_info >= (3, 12):
-            from _sha2 import sha256 as _sha256
-        else:
-            from _sha256 import sha256 as _sha256
-    except ImportError:  # pragma: no cover - a Python built without them
-        from hashlib import sha256 as _sha256
 
 __all__ = [
     "PROTOCOL",
@@ -67,7 +57,7 @@ def serve_dir(root: str | os.PathLike[str], environ: Mapping[str, str] | None = 
     home = env.get("HOME") or ""
     if not home or not os.path.isabs(home):
         return os.path.join(real, ".charter", "serve")
-    key = _sha256(real.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    key = sha256_hex(real.encode("utf-8", "surrogatepass"))[:16]
     return os.path.join(home, ".charter", "serve", key)
 
 
@@ -127,7 +117,7 @@ def ensure_secret(path: str | os.PathLike[str]) -> str:
 
 def key_digest(secret: str) -> str:
     """``sha256:`` and the hex digest of a key: what a client pins."""
-    return "sha256:" + _sha256(secret.encode("ascii")).hexdigest()
+    return "sha256:" + sha256_hex(secret.encode("ascii"))
 
 
 def canonical_result(result: Any) -> bytes:
@@ -142,20 +132,11 @@ def proof(secret: str, nonce: str, result: Any) -> str:
     return sign(secret, nonce, canonical_result(result))
 
 
-# RFC 2104 over SHA-256 (block size 64), as hmac.new(key, msg, "sha256") computes it.
-_INNER = bytes(x ^ 0x36 for x in range(256))
-_OUTER = bytes(x ^ 0x5C for x in range(256))
-
-
 def sign(secret: str, nonce: str, signed: bytes) -> str:
     """HMAC-SHA256 (hex) under the key `secret` of ``nonce + "\\n" + signed``: the proof of
     an answer whose canonical result is `signed`. A client that knows those bytes without
     decoding them (a result of ASCII text it can read as it is) checks a proof without a
     JSON library."""
-    key = secret.encode("ascii")
-    if len(key) > 64:
-        key = _sha256(key).digest()
-    key = key.ljust(64, b"\0")
-    message = nonce.encode("ascii", "replace") + b"\n" + signed
-    inner = _sha256(key.translate(_INNER) + message).digest()
-    return _sha256(key.translate(_OUTER) + inner).hexdigest()
+    return hmac_sha256_hex(
+        secret.encode("ascii"), nonce.encode("ascii", "replace") + b"\n" + signed
+    )

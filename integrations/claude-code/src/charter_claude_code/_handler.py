@@ -39,7 +39,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from charter.integration import Answer, Blocked, Gate, Pending, Step
+from charter.integration import Answer, Blocked, Gate, Pending, Step, sha256_hex
 
 from charter_claude_code._answers import (
     HOOK_EVENTS,
@@ -50,7 +50,6 @@ from charter_claude_code._answers import (
     pre_tool_use,
     silent,
 )
-from charter_claude_code._digest import sha256_hex
 from charter_claude_code._policies import ConfigError, PolicySource, policy_source
 from charter_claude_code._protect import POLICY_NAME
 from charter_claude_code._state import LockTimeout, SessionLock, SessionState, StateError

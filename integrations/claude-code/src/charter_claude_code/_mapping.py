@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from charter_claude_code._digest import sha256_hex
+from charter.integration import sha256_hex
 
 __all__ = ["PROMPT_STEP", "code_stamp", "refine", "resolve_path", "template_set"]
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from charter_claude_code._digest import sha256_hex
+from charter.integration import sha256_hex
 
 __all__ = ["LockTimeout", "SessionLock", "SessionState", "StateError", "session_key"]
 

@@ -36,7 +36,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from charter_claude_code._digest import sha256_hex
+from charter.integration import sha256_hex
 
 __all__ = [
     "ANCHOR_NAME",
