@@ -339,7 +339,11 @@ def test_a_task_restored_from_its_snapshot_judges_as_a_full_restore(
             assert full.store is not None
             full.restore_task(full.store.read_task("t1", "agent"))
             engines = [full.engine, second.governor.runner.engine, third.governor.runner.engine]
-            _same_judgement(engines, driver, probes)
+            # The second process judged the originals of what it recorded; the store holds a
+            # redacted step's payload masked (INPUTS[4] carries a token), so once one was
+            # stored only the engines restored from the store are held to each other.
+            judged = [full.engine, third.governor.runner.engine] if redacted else engines
+            _same_judgement(judged, driver, probes)
             assert len({e.next_seq("t1") for e in engines}) == 1
         finally:
             full.close()
