@@ -378,7 +378,9 @@ class Redactor:
         """
         scanned = [self._scanned(record) for record in records]
         pending = [s for s in scanned if s.found is None]
-        if pending:
+        if len(pending) == 1:
+            pending[0].found = self._contains_secret(pending[0])  # the batch is the record
+        elif pending:
             try:
                 batch_found = contains_secret_in_any([t for s in pending for t in s.texts])
             except Exception:
