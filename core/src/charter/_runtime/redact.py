@@ -222,11 +222,10 @@ def _plain_top(out: dict[str, Any]) -> bool:
     return _TEXT_TYPES.issuperset(map(type, map(out.get, _TEXT_FIELDS)))
 
 
-def _encodable(texts: list[str]) -> bool:
-    """Whether every text encodes as UTF-8 (holds no lone surrogate)."""
+def _utf8(text: str) -> bool:
+    """Whether `text` encodes as UTF-8 (holds no lone surrogate)."""
     try:
-        for t in texts:
-            t.encode("utf-8")
+        text.encode("utf-8")
     except UnicodeEncodeError:
         return False
     return True
@@ -437,9 +436,10 @@ class Redactor:
         altered = found or self.payload_mode != "full" or out.get("task_id") != s.task_id
         # Masking and escaping build new values the walk did not see; every key the walk saw
         # is in `texts`, so ASCII texts mean ASCII keys.
-        ascii_texts = not s.unreadable and "".join(s.texts).isascii()
+        joined = "".join(s.texts)
+        ascii_texts = not s.unreadable and joined.isascii()
         checked = s.checked and not found and ascii_texts and _plain_top(out)
-        if not checked and not ascii_texts and (s.unreadable or not _encodable(s.texts)):
+        if not ascii_texts and (s.unreadable or not _utf8(joined)):
             altered = True
             for name in ("step_name", *_MASKED_FIELDS):
                 if out.get(name) is not None:
