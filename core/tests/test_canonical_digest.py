@@ -14,6 +14,9 @@ from charter.testing import recorded
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# Every test twice: through orjson, and as a young process encodes before it loads orjson.
+pytestmark = pytest.mark.usefixtures("json_codec")
+
 _MAX = 2**53 - 1
 
 json_scalars = (

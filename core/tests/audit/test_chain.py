@@ -21,6 +21,9 @@ from charter._audit.chain import (
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+# Every test twice: through orjson, and as a young process encodes before it loads orjson.
+pytestmark = pytest.mark.usefixtures("json_codec")
+
 _MAX = 2**53 - 1
 
 json_scalars = (

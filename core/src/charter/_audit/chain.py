@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
+from charter._model import fastjson
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.ijson import MAX_SAFE_INT, canonical_json, checked_copy
 from charter._model.sha256 import sha256_hex
@@ -84,8 +83,8 @@ def decode_json(data: str | bytes) -> Any:
     shape = b":" + raw.translate(_NUMBERS)
     if _LONG_INT[0] not in shape and _LONG_INT[1] not in shape:
         try:
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            return fastjson.loads(raw)
+        except ValueError:
             pass
     return json.loads(data, parse_int=_number)
 
@@ -99,8 +98,8 @@ def decode_ijson(data: str | bytes) -> Any:
         try:
             # orjson reads only I-JSON: object keys are text, no float is NaN or infinite,
             # and without a 16-digit integer no integer is beyond 2**53-1.
-            return orjson.loads(raw)
-        except orjson.JSONDecodeError:
+            return fastjson.loads(raw)
+        except ValueError:
             pass
     return checked_copy(json.loads(data, parse_int=_number), "record")
 
@@ -211,7 +210,6 @@ _AT_PREV = b'"prev_hash":"' + _NONCE_BYTES + b'p"'
 _AT_SEQ = b'"seq":"' + _NONCE_BYTES + b's"'
 
 
-_SORTED = orjson.OPT_SORT_KEYS
 _STR_ONLY = frozenset((str,))
 
 
@@ -224,7 +222,7 @@ def _groups(record: dict[str, Any], checked: bool = False) -> tuple[bytes, bytes
     whole = None
     if checked:
         try:
-            whole = orjson.dumps(record | _STAND_INS, option=_SORTED)
+            whole = fastjson.dumps_sorted(record | _STAND_INS)
         except TypeError:  # nesting or text orjson refuses: the checked path decides
             whole = None
     if whole is None:

@@ -23,9 +23,7 @@ import math
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import orjson
-import rfc8785
-
+from charter._model import fastjson
 from charter._model.sha256 import sha256_hex
 
 __all__ = ["MAX_SAFE_INT", "canonical_digest", "canonical_json", "checked_copy"]
@@ -155,8 +153,6 @@ def _make_encoder() -> Callable[[Any], str]:
 
 
 _encode = _make_encoder()
-_orjson = orjson.dumps
-_SORTED = orjson.OPT_SORT_KEYS
 _encode_str: Callable[[str], str] = json.encoder.encode_basestring
 
 
@@ -206,9 +202,27 @@ def _fast_bytes(value: Any) -> bytes:
     tested), or the stdlib's where orjson refuses it (nesting, lone surrogates: those raise
     UnicodeEncodeError here)."""
     try:
-        return _orjson(value, option=_SORTED)
+        return fastjson.dumps_sorted(value)
     except TypeError:
         return _stdlib_json(value).encode("utf-8")
+
+
+class _Refused(Exception):
+    """`rfc8785` refused a value (its CanonicalizationError), with its reason."""
+
+
+def _jcs(value: Any) -> bytes:
+    """`rfc8785.dumps(value)`, its refusal raised as _Refused.
+
+    Imported on first use: it imports `typing` and `enum`, which a short-lived process whose
+    values all take the fast path never needs.
+    """
+    import rfc8785
+
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError as exc:
+        raise _Refused(str(exc)) from None
 
 
 def canonical_json(value: Any) -> bytes:
@@ -220,12 +234,12 @@ def canonical_json(value: Any) -> bytes:
     try:
         if _safe_values((value,)):
             return _fast_bytes(value)
-        return rfc8785.dumps(value)
+        return _jcs(value)
     except RecursionError:
         raise ValueError("value is nested too deeply (or contains itself)") from None
     except UnicodeEncodeError:
         raise ValueError("value contains a string that is not valid Unicode text") from None
-    except rfc8785.CanonicalizationError as exc:
+    except _Refused as exc:
         raise ValueError(f"value is not I-JSON: {exc}") from None
 
 
@@ -244,12 +258,12 @@ def canonical_digest(value: Any) -> str:
         try:
             if _safe_values((value,)):
                 try:
-                    return sha256_hex(_orjson(value, option=_SORTED))
+                    return sha256_hex(fastjson.dumps_sorted(value))
                 except TypeError:
                     text = _stdlib_json(value)
                 return sha256_hex(text.encode("utf-8", "surrogatepass"))
-            return sha256_hex(rfc8785.dumps(value))
-        except (rfc8785.CanonicalizationError, UnicodeEncodeError, ValueError):
+            return sha256_hex(_jcs(value))
+        except (_Refused, UnicodeEncodeError, ValueError):
             pass
         text = "".join(_lenient(value, []))
     except RecursionError:
@@ -267,7 +281,7 @@ def _lenient(value: Any, out: list[str]) -> list[str]:
         out.append(str(int(value)))
     elif isinstance(value, float):
         if math.isfinite(value):
-            out.append(rfc8785.dumps(float(value)).decode("ascii"))
+            out.append(_jcs(float(value)).decode("ascii"))
         else:
             out.append(_float_name(value))
     elif isinstance(value, list | tuple):
