@@ -27,9 +27,8 @@ def json_codec(request: pytest.FixtureRequest) -> Iterator[str]:
     depend on which; module-scoped so that hypothesis tests can use it."""
     with pytest.MonkeyPatch.context() as patch:
         if request.param == "orjson":
-            patch.setattr(
-                fastjson, "dumps_sorted", functools.partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
-            )
+            sorted_dumps = functools.partial(orjson.dumps, option=orjson.OPT_SORT_KEYS)
+            patch.setattr(fastjson, "dumps_sorted", sorted_dumps)
             patch.setattr(fastjson, "loads", orjson.loads)
         else:
 

@@ -23,7 +23,10 @@ from pathlib import Path
 # capabilities or registration rules), the grant model when a task has a grant, the
 # approval machinery when a policy asks for an approval (none of these calls does), the
 # record of a swallowed error when there is one; hashlib and hmac (which load OpenSSL) an
-# input of over 64 KiB to hash.
+# input of over 64 KiB to hash. Charter's value classes are not dataclasses (creating one
+# compiles its methods at import; `dataclasses` imports `inspect`, which imports ast, dis
+# and tokenize), orjson (whose start-up imports dataclasses, uuid and platform) loads after
+# a few hundred encodings, rfc8785 for a value only it encodes (a float in exponent form).
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -44,14 +47,20 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._runtime.models",
     "charter._runtime.otlp",
     "charter._server",
+    "dataclasses",
     "decimal",
     "difflib",
     "hashlib",
     "hmac",
+    "inspect",
     "logging",
+    "orjson",
+    "platform",
     "random",
+    "rfc8785",
     "secrets",
     "traceback",
+    "uuid",
     "yaml",
 )
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from charter._model import fastjson
 from charter._model.behavior import CLOSING_KINDS
+from charter._model.frozen import Frozen
 from charter._model.ijson import MAX_SAFE_INT, canonical_json, checked_copy
 from charter._model.sha256 import sha256_hex
 
@@ -41,12 +41,21 @@ __all__ = [
 CHAIN_FIELDS = ("seq", "prev_hash", "hash")
 
 
-@dataclass(frozen=True, slots=True)
-class ChainHead:
+class ChainHead(Frozen):
     """The committed end of one chain: its last seq (0 when empty) and that record's hash."""
 
-    seq: int = 0
-    hash: str | None = None
+    __slots__ = ("hash", "seq")
+    seq: int
+    hash: str | None
+
+    def __init__(
+        self,
+        seq: int = 0,
+        hash: str | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "seq", seq)
+        put(self, "hash", hash)
 
 
 def _number(text: str) -> int | float:

@@ -6,12 +6,10 @@ verdict can therefore be replayed from the recorded history alone.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, NamedTuple
 
@@ -99,8 +97,7 @@ class PolicyResult(NamedTuple):
         }
 
 
-@dataclass(frozen=True, slots=True)
-class EvalResult:
+class EvalResult(Frozen):
     """The decision on one step, with one result per policy that was evaluated.
 
     `recorded_seq` is set when the runner recorded the step itself (a blocked step is recorded
@@ -109,14 +106,45 @@ class EvalResult:
     `failed_open` when fail_mode open let through a step Charter could not judge.
     """
 
+    __slots__ = (
+        "action_id",
+        "decision",
+        "failed_open",
+        "monitored",
+        "reason",
+        "recorded_seq",
+        "results",
+        "risk_score",
+    )
     decision: Decision
     risk_score: float
     results: tuple[PolicyResult, ...]
-    action_id: str | None = None
-    recorded_seq: int | None = None
-    reason: str = ""
-    monitored: bool = False
-    failed_open: bool = False
+    action_id: str | None
+    recorded_seq: int | None
+    reason: str
+    monitored: bool
+    failed_open: bool
+
+    def __init__(
+        self,
+        decision: Decision,
+        risk_score: float,
+        results: tuple[PolicyResult, ...],
+        action_id: str | None = None,
+        recorded_seq: int | None = None,
+        reason: str = "",
+        monitored: bool = False,
+        failed_open: bool = False,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "decision", decision)
+        put(self, "risk_score", risk_score)
+        put(self, "results", results)
+        put(self, "action_id", action_id)
+        put(self, "recorded_seq", recorded_seq)
+        put(self, "reason", reason)
+        put(self, "monitored", monitored)
+        put(self, "failed_open", failed_open)
 
     @property
     def violations(self) -> tuple[PolicyResult, ...]:
@@ -133,17 +161,36 @@ class EvalResult:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class LoadReport:
+class LoadReport(Frozen):
     """The engine's policy state: `enforcing`, `none_configured` (an empty set was loaded) or
     `unavailable` (nothing loaded yet); `offered` policies in the set, `enforced` of them that
     apply to the bound agent."""
 
+    __slots__ = ("by_enforcement_point", "enforced", "offered", "source", "state")
     state: str
     offered: int
     enforced: int
-    by_enforcement_point: Mapping[str, int] = field(default_factory=dict)
-    source: str | None = None
+    by_enforcement_point: Mapping[str, int]
+    source: str | None
+
+    def __init__(
+        self,
+        state: str,
+        offered: int,
+        enforced: int,
+        by_enforcement_point: Mapping[str, int] | None = None,
+        source: str | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "state", state)
+        put(self, "offered", offered)
+        put(self, "enforced", enforced)
+        put(
+            self,
+            "by_enforcement_point",
+            {} if by_enforcement_point is None else by_enforcement_point,
+        )
+        put(self, "source", source)
 
 
 class Checkpoint(Frozen):
@@ -220,13 +267,15 @@ _ALLOWED = _reason(Decision.ALLOW, None)
 _ALLOW = Decision.ALLOW
 
 
-class _Draft:
-    """An EvalResult being built: the same slots, assignable. The frozen dataclass's own
+class _Draft(Frozen):
+    """An EvalResult being built: the same base and slots, assignable. EvalResult's own
     __init__ sets each field through ``object.__setattr__``, which costs about a quarter of
     judging an allowed step; `_verdict` assigns the slots here, then gives the object
     EvalResult's class (the layouts are the same, so CPython allows it)."""
 
     __slots__ = EvalResult.__slots__
+    # object's own: plain slot assignment, in C (Frozen's refuses).
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
 
 
 def _verdict(
@@ -1017,11 +1066,7 @@ def _field_paths(prepared: Any) -> tuple[FieldPath, ...]:
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list | tuple | set | frozenset):
             stack.extend((v, depth + 1) for v in value)
-        elif dataclasses.is_dataclass(value):
-            stack.extend(
-                (getattr(value, f.name, None), depth + 1) for f in dataclasses.fields(value)
-            )
-        else:
+        else:  # slots (a slotted dataclass's too) and the instance dict hold every field
             for klass in kind.__mro__:
                 for name in getattr(klass, "__slots__", ()):
                     push((getattr(value, name, None), depth + 1))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier, check_step_name
 from charter._model.ijson import checked_copy
 
@@ -169,8 +168,7 @@ def _remember(valid: dict[str, None], value: str) -> None:
         valid[value] = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True, init=False)
-class Behavior:
+class Behavior(Frozen):
     """One agent step, as an intent (``output is None``) or an outcome.
 
     Construction validates everything and refuses with a ValueError naming the field and the
@@ -180,18 +178,32 @@ class Behavior:
     afterwards without changing what was judged.
     """
 
+    __slots__ = (
+        "action_id",
+        "agent_id",
+        "input",
+        "kind",
+        "meta",
+        "output",
+        "properties",
+        "seq",
+        "step_name",
+        "task_id",
+        "timestamp",
+        "verb",
+    )
     agent_id: str
     task_id: str
     kind: ActionKind
     step_name: str
-    verb: Verb | None = None
-    action_id: str | None = None
-    seq: int | None = None
-    timestamp: datetime = field(default_factory=_now)
-    input: dict[str, Any] | None = None
-    output: dict[str, Any] | None = None
-    properties: dict[str, Any] = field(default_factory=dict)
-    meta: dict[str, Any] = field(default_factory=dict)
+    verb: Verb | None
+    action_id: str | None
+    seq: int | None
+    timestamp: datetime
+    input: dict[str, Any] | None
+    output: dict[str, Any] | None
+    properties: dict[str, Any]
+    meta: dict[str, Any]
 
     def __init__(
         self,
@@ -209,9 +221,8 @@ class Behavior:
         properties: dict[str, Any] = _EMPTY,
         meta: dict[str, Any] = _EMPTY,
     ) -> None:
-        # Checked in the order `_check` checks, into locals, then each slot set once: a frozen
-        # dataclass's generated __init__ sets each field through object.__setattr__, and a
-        # step is built on every gate.
+        # Checked into locals, then each slot set once through its own descriptor (cheaper
+        # than object.__setattr__): a step is built on every gate.
         if type(agent_id) is not str or agent_id not in _valid_agents:
             _remember(_valid_agents, check_identifier("agent_id", agent_id))
         if type(task_id) is not str or task_id not in _valid_tasks:
@@ -278,17 +289,13 @@ class Behavior:
         value = self.meta.get("charter.outcome")
         return Outcome(value) if isinstance(value, str) and value in _OUTCOMES else Outcome.OK
 
-    def replace(self, **changes: Any) -> Behavior:
-        """A validated copy with `changes` applied (the copy is checked like a new behavior)."""
-        return dataclasses.replace(self, **changes)
-
     def completed(
         self, output: dict[str, Any] | None, *, outcome: Outcome | str = Outcome.OK
     ) -> Behavior:
         """The outcome of this intent: same identity, with `output` and the outcome marker."""
         meta = dict(self.meta)
         meta["charter.outcome"] = Outcome(outcome).value
-        return dataclasses.replace(self, output=output if output is not None else {}, meta=meta)
+        return self.replace(output=output if output is not None else {}, meta=meta)
 
     def to_dict(self) -> dict[str, Any]:
         """The wire form's behavior fields (timestamps in UTC with microseconds and ``Z``)."""
@@ -348,10 +355,13 @@ _FIELD_NAMES = (
 )
 
 
-class _Draft:
-    """A Behavior being derived: the same slots, plainly assignable (see `derived`)."""
+class _Draft(Frozen):
+    """A Behavior being derived: the same base and slots, plainly assignable (see
+    `derived`)."""
 
     __slots__ = Behavior.__slots__
+    # object's own: plain slot assignment, in C (Frozen's refuses).
+    __setattr__ = object.__setattr__  # type: ignore[assignment]
 
 
 def derived(b: Behavior, changes: dict[str, Any]) -> Behavior:

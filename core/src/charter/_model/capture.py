@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as _dt
 import enum
 import math
@@ -261,7 +260,11 @@ class _Capture:
             if isinstance(v, set | frozenset):
                 items.sort(key=repr)
             return self.sequence(items, depth, seen, path)
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        # dataclasses.is_dataclass's own test: a value can only be a dataclass instance when
+        # the dataclasses module made its class (or it is Frozen), so it is imported then.
+        if hasattr(type(v), "__dataclass_fields__") and not isinstance(v, type):
+            import dataclasses
+
             fields = {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
             return self.mapping(fields.items(), len(fields), depth, seen, path)
         for method in ("model_dump", "dict", "to_dict"):

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
+from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
 
 if TYPE_CHECKING:
@@ -15,8 +15,7 @@ if TYPE_CHECKING:
 __all__ = ["EvalContext", "RuleContext"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EvalContext:
+class EvalContext(Frozen):
     """The agent and its setting, supplied by the caller; the engine fetches nothing itself.
 
     `declared_tools` feeds `allow_only` when it lists no tools; `project_root` feeds path rules;
@@ -24,23 +23,56 @@ class EvalContext:
     for provenance rules. There is deliberately no "now": time rules read the step's timestamp.
     """
 
+    __slots__ = (
+        "agent_id",
+        "agent_name",
+        "agent_owner",
+        "agent_purpose",
+        "declared_tools",
+        "environment",
+        "project_root",
+        "risk_classification",
+        "task_id",
+        "trusted_values",
+    )
     agent_id: str
     task_id: str
-    environment: str | None = None
-    risk_classification: str | None = None
-    agent_name: str | None = None
-    agent_purpose: str | None = None
-    agent_owner: str | None = None
-    declared_tools: tuple[str, ...] | None = None
-    project_root: str | None = None
-    trusted_values: tuple[str, ...] = ()
+    environment: str | None
+    risk_classification: str | None
+    agent_name: str | None
+    agent_purpose: str | None
+    agent_owner: str | None
+    declared_tools: tuple[str, ...] | None
+    project_root: str | None
+    trusted_values: tuple[str, ...]
 
-    def __post_init__(self) -> None:
-        check_identifier("agent_id", self.agent_id)
-        check_identifier("task_id", self.task_id)
-        if self.declared_tools is not None:
-            object.__setattr__(self, "declared_tools", tuple(self.declared_tools))
-        object.__setattr__(self, "trusted_values", tuple(self.trusted_values))
+    def __init__(
+        self,
+        *,
+        agent_id: str,
+        task_id: str,
+        environment: str | None = None,
+        risk_classification: str | None = None,
+        agent_name: str | None = None,
+        agent_purpose: str | None = None,
+        agent_owner: str | None = None,
+        declared_tools: tuple[str, ...] | None = None,
+        project_root: str | None = None,
+        trusted_values: tuple[str, ...] = (),
+    ) -> None:
+        check_identifier("agent_id", agent_id)
+        check_identifier("task_id", task_id)
+        put = object.__setattr__
+        put(self, "agent_id", agent_id)
+        put(self, "task_id", task_id)
+        put(self, "environment", environment)
+        put(self, "risk_classification", risk_classification)
+        put(self, "agent_name", agent_name)
+        put(self, "agent_purpose", agent_purpose)
+        put(self, "agent_owner", agent_owner)
+        put(self, "declared_tools", None if declared_tools is None else tuple(declared_tools))
+        put(self, "project_root", project_root)
+        put(self, "trusted_values", tuple(trusted_values))
 
 
 _NO_SHARED: Mapping[str, float] = MappingProxyType({})

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from charter._model.frozen import Frozen
 from charter._model.ijson import checked_copy
 from charter._policy import rules as _builtin_rules  # noqa: F401  (the built-ins' loader)
 from charter._policy.params import check_params
@@ -53,25 +53,64 @@ POLICY_SCHEMA: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Policy:
+class Policy(Frozen):
     """One policy: a rule with params, a severity and optional filters.
 
     Build from a mapping with `Policy.from_dict` (checked) or directly; either way a set is only
     enforced after `PolicyEngine.load_policies` has checked it whole.
     """
 
+    __slots__ = (
+        "action",
+        "agents",
+        "description",
+        "enforcement_point",
+        "environments",
+        "match",
+        "name",
+        "params",
+        "risk_classifications",
+        "rule_type",
+        "severity",
+    )
     name: str
     rule_type: str
     severity: Severity
     params: Mapping[str, Any]
-    enforcement_point: EnforcementPoint = EnforcementPoint.STEP_EXECUTION
-    description: str | None = None
-    action: str | None = None
-    match: Mapping[str, Any] | None = None
-    environments: tuple[str, ...] | None = None
-    risk_classifications: tuple[str, ...] | None = None
-    agents: tuple[str, ...] | None = None
+    enforcement_point: EnforcementPoint
+    description: str | None
+    action: str | None
+    match: Mapping[str, Any] | None
+    environments: tuple[str, ...] | None
+    risk_classifications: tuple[str, ...] | None
+    agents: tuple[str, ...] | None
+
+    def __init__(
+        self,
+        name: str,
+        rule_type: str,
+        severity: Severity,
+        params: Mapping[str, Any],
+        enforcement_point: EnforcementPoint = EnforcementPoint.STEP_EXECUTION,
+        description: str | None = None,
+        action: str | None = None,
+        match: Mapping[str, Any] | None = None,
+        environments: tuple[str, ...] | None = None,
+        risk_classifications: tuple[str, ...] | None = None,
+        agents: tuple[str, ...] | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "rule_type", rule_type)
+        put(self, "severity", severity)
+        put(self, "params", params)
+        put(self, "enforcement_point", enforcement_point)
+        put(self, "description", description)
+        put(self, "action", action)
+        put(self, "match", match)
+        put(self, "environments", environments)
+        put(self, "risk_classifications", risk_classifications)
+        put(self, "agents", agents)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Policy:
@@ -103,15 +142,36 @@ class Policy:
         return out
 
 
-@dataclass(frozen=True, slots=True)
-class PolicyProblem:
+class PolicyProblem(Frozen):
     """One thing wrong with a policy set, naming the policy, its rule and the key."""
 
+    __slots__ = (
+        "key",
+        "message",
+        "policy",
+        "rule",
+        "source",
+    )
     message: str
-    key: str = ""
-    policy: str | None = None
-    rule: str | None = None
-    source: str | None = None
+    key: str
+    policy: str | None
+    rule: str | None
+    source: str | None
+
+    def __init__(
+        self,
+        message: str,
+        key: str = "",
+        policy: str | None = None,
+        rule: str | None = None,
+        source: str | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "message", message)
+        put(self, "key", key)
+        put(self, "policy", policy)
+        put(self, "rule", rule)
+        put(self, "source", source)
 
     def __str__(self) -> str:
         where = []
@@ -127,15 +187,36 @@ class PolicyProblem:
         return f"{prefix}: {body}" if prefix else body
 
 
-@dataclass(frozen=True, slots=True)
-class CompiledPolicy:
+class CompiledPolicy(Frozen):
     """A checked policy with its rule resolved and params prepared for the hot path."""
 
+    __slots__ = (
+        "ask",
+        "policy",
+        "prepared",
+        "selector",
+        "spec",
+    )
     policy: Policy
     spec: RuleSpec
     prepared: Any
     selector: Selector
     ask: bool
+
+    def __init__(
+        self,
+        policy: Policy,
+        spec: RuleSpec,
+        prepared: Any,
+        selector: Selector,
+        ask: bool,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "policy", policy)
+        put(self, "spec", spec)
+        put(self, "prepared", prepared)
+        put(self, "selector", selector)
+        put(self, "ask", ask)
 
 
 def _split(message: str) -> tuple[str, str]:

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from charter._model.frozen import Frozen
 from charter._policy.params import check_params
 
 __all__ = ["RuleSpec", "Violation", "check_condition", "get_rule", "registered_rules", "rule"]
@@ -43,22 +43,56 @@ class Violation:
         return f"Violation({self.detail!r})"
 
 
-@dataclass(frozen=True, slots=True)
-class RuleSpec:
+class RuleSpec(Frozen):
     """A registered rule: its function, params schema and the points where it may be enforced.
 
     `prepare` turns checked params into whatever the function wants on the hot path (compiled
     patterns, selectors); it runs once per policy load and may raise ValueError to refuse.
     """
 
+    __slots__ = (
+        "builtin",
+        "description",
+        "enforcement_points",
+        "example_params",
+        "fn",
+        "name",
+        "params_schema",
+        "prepare",
+    )
     name: str
     description: str
     fn: RuleFn
-    params_schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
-    enforcement_points: frozenset[str] = frozenset({"step_execution"})
-    example_params: dict[str, Any] | None = None
-    prepare: Callable[[dict[str, Any]], Any] | None = None
-    builtin: bool = False
+    params_schema: dict[str, Any]
+    enforcement_points: frozenset[str]
+    example_params: dict[str, Any] | None
+    prepare: Callable[[dict[str, Any]], Any] | None
+    builtin: bool
+
+    def __init__(
+        self,
+        name: str,
+        description: str,
+        fn: RuleFn,
+        params_schema: dict[str, Any] | None = None,
+        enforcement_points: frozenset[str] = frozenset({"step_execution"}),
+        example_params: dict[str, Any] | None = None,
+        prepare: Callable[[dict[str, Any]], Any] | None = None,
+        builtin: bool = False,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "name", name)
+        put(self, "description", description)
+        put(self, "fn", fn)
+        put(
+            self,
+            "params_schema",
+            {"type": "object"} if params_schema is None else params_schema,
+        )
+        put(self, "enforcement_points", enforcement_points)
+        put(self, "example_params", example_params)
+        put(self, "prepare", prepare)
+        put(self, "builtin", builtin)
 
 
 _lock = threading.Lock()

@@ -26,13 +26,13 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
+from charter._model.frozen import Frozen
 from charter._model.identifiers import step_name_from, task_id_from
 from charter._model.paths import iter_strings
 from charter._policy.policy import Severity
@@ -82,8 +82,7 @@ class RunNotFinishedError(RuntimeError):
 # -- decisions ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Allowed:
+class Allowed(Frozen):
     """The step may run. Settle `handle` once with `Gate.complete`, `fail` or `abandon`.
 
     `handle` is None only under ``fail_mode="open"`` when Charter could not decide: the step
@@ -91,22 +90,45 @@ class Allowed:
     allowed (a warning, monitor mode, fail-open), `result` is the evaluation when there was one.
     """
 
+    __slots__ = ("handle", "reason", "result")
     handle: StepHandle | None
     reason: str
     result: EvalResult | None
 
+    def __init__(
+        self,
+        handle: StepHandle | None,
+        reason: str,
+        result: EvalResult | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "handle", handle)
+        put(self, "reason", reason)
+        put(self, "result", result)
 
-@dataclass(frozen=True, slots=True)
-class Blocked:
+
+class Blocked(Frozen):
     """The step must not run. `reason` is one line for the user or the model.
 
     `recorded` is True when the gate recorded the blocked step (a policy or a person refused
     it); False when Charter could not decide and nothing could be recorded.
     """
 
+    __slots__ = ("reason", "result", "step")
     step: Step
     reason: str
     result: EvalResult | None
+
+    def __init__(
+        self,
+        step: Step,
+        reason: str,
+        result: EvalResult | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "step", step)
+        put(self, "reason", reason)
+        put(self, "result", result)
 
     @property
     def recorded(self) -> bool:
@@ -119,18 +141,31 @@ class Blocked:
         return cls(self.reason, self.result, self.step.name, self.step.kind)
 
 
-@dataclass(frozen=True, slots=True)
-class Pending:
+class Pending(Frozen):
     """A policy asks: the step waits for a person. Nothing is recorded until the answer is.
 
     `request` is bound to the SHA-256 of the step's canonical input (`digest`); `call_id` is
     the framework's tool-call id when there is one (it makes the action editable).
     """
 
+    __slots__ = ("call_id", "request", "step", "task_id")
     step: Step
     task_id: str
     request: ApprovalRequest
-    call_id: str | None = None
+    call_id: str | None
+
+    def __init__(
+        self,
+        step: Step,
+        task_id: str,
+        request: ApprovalRequest,
+        call_id: str | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "step", step)
+        put(self, "task_id", task_id)
+        put(self, "request", request)
+        put(self, "call_id", call_id)
 
     @property
     def digest(self) -> str:
@@ -159,15 +194,28 @@ Decision = Allowed | Blocked | Pending
 # -- approval requests and answers --------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(Frozen):
     """A reviewer's decision on one pending step: `kind` is approve, edit or reject, `by`
     who answered, `why` their reason, `edited` the replacement (name, args) of an edit."""
 
+    __slots__ = ("by", "edited", "kind", "why")
     kind: Literal["approve", "edit", "reject"]
     by: str
     why: str
-    edited: tuple[str, dict[str, Any]] | None = None
+    edited: tuple[str, dict[str, Any]] | None
+
+    def __init__(
+        self,
+        kind: Literal["approve", "edit", "reject"],
+        by: str,
+        why: str,
+        edited: tuple[str, dict[str, Any]] | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "kind", kind)
+        put(self, "by", by)
+        put(self, "why", why)
+        put(self, "edited", edited)
 
 
 def approval_request(pending: Sequence[Pending]) -> dict[str, Any]:
@@ -252,19 +300,30 @@ def _describe(value: Any) -> str:
 # -- claims: one record per step ----------------------------------------------------------
 
 
-@dataclass(slots=True)
 class Claim:
     """One step gated by an integration: `kind` is model, tool or node; a tool claim names
     its call id and tool. `governor` and `task_id` let another integration on the same
     Governor put the steps it does record (nested ones) into this task."""
 
+    __slots__ = ("_lock", "_taken", "call_id", "governor", "kind", "name", "task_id")
     kind: str
     call_id: str | None
     name: str | None
     governor: Governor
     task_id: str
-    _taken: bool = False
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _taken: bool
+    _lock: threading.Lock
+
+    def __init__(
+        self, kind: str, call_id: str | None, name: str | None, governor: Governor, task_id: str
+    ) -> None:
+        self.kind = kind
+        self.call_id = call_id
+        self.name = name
+        self.governor = governor
+        self.task_id = task_id
+        self._taken = False
+        self._lock = threading.Lock()
 
     def covers(self, kind: str, call_id: str | None, name: str | None = None) -> bool:
         """True when this claim is for a `kind` run with `call_id` (or, when the framework

@@ -12,13 +12,11 @@ async driver awaits them, moving blocking I/O (sync durability, sync approvers) 
 from __future__ import annotations
 
 import contextvars
-import inspect
 import os
 import sys
 import threading
 import warnings
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from charter._engine.engine import Decision, EvalResult
@@ -92,12 +90,21 @@ def _line(text: str) -> str:
     return " ".join(text.split())
 
 
-@dataclass(frozen=True, slots=True)
-class TaskHandle:
+class TaskHandle(Frozen):
     """An open task: `task_id` identifies it in the audit trail."""
 
+    __slots__ = ("name", "task_id")
     task_id: str
     name: str
+
+    def __init__(
+        self,
+        task_id: str,
+        name: str,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "task_id", task_id)
+        put(self, "name", name)
 
 
 class _Call(Frozen):
@@ -1040,9 +1047,10 @@ class Governor:
         self.approvals_asked += 1
         try:
             answer = self.approver(request)
-            if inspect.isawaitable(answer):
-                if inspect.iscoroutine(answer):
-                    answer.close()
+            if _awaitable(answer):
+                close = getattr(answer, "close", None)  # an unawaited coroutine would warn
+                if callable(close):
+                    close()
                 return Approval(
                     False,
                     "charter",
@@ -1061,7 +1069,7 @@ class Governor:
                 import asyncio
 
                 answer = await asyncio.to_thread(self.approver, request)
-                if inspect.isawaitable(answer):
+                if _awaitable(answer):
                     answer = await answer
             return _checked(answer)
         except Exception as exc:
@@ -1153,10 +1161,20 @@ def _approval_key(task_id: str, b: Behavior) -> tuple[str, str, str]:
     return (task_id, b.step_name, canonical_digest(b.input or {}))
 
 
+# inspect is imported where a function is asked about, not with this module: it imports ast,
+# dis and tokenize, which a process that lives for one decision (a hook call) never needs.
 def _is_async(fn: Any) -> bool:
+    import inspect
+
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004
     )
+
+
+def _awaitable(value: Any) -> bool:
+    import inspect
+
+    return inspect.isawaitable(value)
 
 
 def _checked(answer: Any) -> Approval:
@@ -1204,7 +1222,7 @@ def _planned(planner: Any, request: str) -> GrantLayer:
 
     try:
         answer = planner(request)
-        if inspect.isawaitable(answer):
+        if _awaitable(answer):
             close = getattr(answer, "close", None)
             if callable(close):
                 close()

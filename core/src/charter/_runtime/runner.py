@@ -24,7 +24,6 @@ head, one process at a time (a store refuses a seq that is not above its chain's
 from __future__ import annotations
 
 import atexit
-import dataclasses
 import threading
 import time
 import weakref
@@ -341,7 +340,7 @@ class Runner:
         if intended.action_id is None:
             intended = derive(intended, action_id=_new_id())
         intended = _own_shared(intended)
-        blocked = dataclasses.replace(result, decision=Decision.BLOCK, action_id=intended.action_id)
+        blocked = result.replace(decision=Decision.BLOCK, action_id=intended.action_id)
         with self._lock(intended.task_id):
             self._activity[intended.task_id] = time.monotonic()
             return self._record_block(intended, blocked, self._verdict(blocked))
@@ -403,13 +402,13 @@ class Runner:
                     return self._record_block(intended, now[0], now[1])
             if ran:
                 self.engine.register_intent(_with_meta(intended, {"charter.eval": verdict}))
-                return dataclasses.replace(result, action_id=intended.action_id)
+                return result.replace(action_id=intended.action_id)
             admitted = self._admit(intended, result, verdict)
             if held is not None and admitted.decision is Decision.BLOCK:
                 self._shared.release(held.meta)
         if admitted.decision is Decision.BLOCK:
             return admitted
-        return dataclasses.replace(result, action_id=intended.action_id)
+        return result.replace(action_id=intended.action_id)
 
     def _admit(self, intended: Behavior, result: EvalResult, verdict: dict[str, Any]) -> EvalResult:
         """Register an allowed intent and, in sync durability, commit it to the store first;
@@ -430,8 +429,7 @@ class Runner:
             self.engine.discard_intent(tid, intended.action_id)
             report_internal_error(exc, "audit.intent")
             self.blocked += 1
-            return dataclasses.replace(
-                result,
+            return result.replace(
                 decision=Decision.BLOCK,
                 action_id=intended.action_id,
                 reason=(
@@ -527,8 +525,7 @@ class Runner:
         monitor = self.monitor
         verdict = self._verdict(would, monitor)
         if monitor and would.decision in (Decision.BLOCK, Decision.ASK):
-            enforced = dataclasses.replace(
-                would,
+            enforced = would.replace(
                 decision=Decision.ALLOW,
                 reason=f"monitor mode, not enforced: {would.reason}",
                 monitored=True,
@@ -549,13 +546,12 @@ class Runner:
             # Sync durability and a failing store: the refusal stands (it is the safe side);
             # only its record is missing, which is reported and said in the reason.
             report_internal_error(exc, "audit.block")
-            return dataclasses.replace(
-                result,
+            return result.replace(
                 action_id=intended.action_id,
                 reason=f"{result.reason} (not recorded: {exc})",
             )
         self.blocked += 1
-        return dataclasses.replace(result, action_id=intended.action_id, recorded_seq=recorded.seq)
+        return result.replace(action_id=intended.action_id, recorded_seq=recorded.seq)
 
     # -- recording ----------------------------------------------------------------------------
 

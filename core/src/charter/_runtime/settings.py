@@ -8,12 +8,10 @@ without touching its code. Every refusal names the setting in both spellings
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from charter._audit.url import display_location
@@ -266,7 +264,10 @@ def _headers(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 class _Spec(Frozen):
-    __slots__ = ("meaning", "parse")
+    __slots__ = (
+        "meaning",
+        "parse",
+    )
     parse: Callable[[Any], Any]
     meaning: str
 
@@ -324,8 +325,7 @@ _SPECS: dict[str, _Spec] = {
 }
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Settings:
+class Settings(Frozen):
     """Everything a Runner needs, validated; build it with `Settings.from_sources(**kwargs)`.
 
     Direct construction validates too but reads no environment. Refuses (ValueError naming
@@ -334,44 +334,164 @@ class Settings:
     answered with nothing), `policy_file` or `policy_cache_path`.
     """
 
-    policies: tuple[Policy | Mapping[str, Any], ...] | None = None
-    policy_file: tuple[str, ...] | None = None
-    policy_cache_path: str | None = None
-    policy_cache_max_age: float = 86_400.0
-    fail_mode: str = "closed"
-    enforcement: str = "enforce"
-    environment: str | None = None
-    risk_classification: str | None = None
-    agent_id: str = "default"
-    agent_name: str | None = None
-    agent_purpose: str | None = None
-    agent_owner: str | None = None
-    declared_tools: tuple[str, ...] | None = None
-    project_root: str | None = None
-    trusted_values: tuple[str, ...] = ()
-    capabilities: Grant | None = None
-    audit_location: str = "sqlite:///.charter/audit.db"
-    audit_durability: str = "buffered"
-    signing_key: str | None = None
-    checkpoint_file: str | None = None
-    checkpoint_every: int = 1_000
-    payload_mode: str = "full"
-    max_output_chars: int = 32_768
-    max_output_items: int = 1_000
-    max_clock_skew_seconds: float = 300.0
-    evaluation_deadline_seconds: float = 5.0
-    queue_size: int = 10_000
-    exit_flush_seconds: float = 5.0
-    task_idle_seconds: float = 3_600.0
-    sweep_interval_seconds: float = 60.0
-    template_location: str | None = None
-    shared_hold_seconds: float = 3_600.0
-    otlp_endpoint: str | None = None
-    otlp_headers: tuple[tuple[str, str], ...] | None = None
-    otlp_payloads: bool = False
-    origins: Mapping[str, str] = field(default_factory=dict, compare=False, repr=False)
+    __slots__ = (
+        "agent_id",
+        "agent_name",
+        "agent_owner",
+        "agent_purpose",
+        "audit_durability",
+        "audit_location",
+        "capabilities",
+        "checkpoint_every",
+        "checkpoint_file",
+        "declared_tools",
+        "enforcement",
+        "environment",
+        "evaluation_deadline_seconds",
+        "exit_flush_seconds",
+        "fail_mode",
+        "max_clock_skew_seconds",
+        "max_output_chars",
+        "max_output_items",
+        "origins",
+        "otlp_endpoint",
+        "otlp_headers",
+        "otlp_payloads",
+        "payload_mode",
+        "policies",
+        "policy_cache_max_age",
+        "policy_cache_path",
+        "policy_file",
+        "project_root",
+        "queue_size",
+        "risk_classification",
+        "shared_hold_seconds",
+        "signing_key",
+        "sweep_interval_seconds",
+        "task_idle_seconds",
+        "template_location",
+        "trusted_values",
+    )
+    policies: tuple[Policy | Mapping[str, Any], ...] | None
+    policy_file: tuple[str, ...] | None
+    policy_cache_path: str | None
+    policy_cache_max_age: float
+    fail_mode: str
+    enforcement: str
+    environment: str | None
+    risk_classification: str | None
+    agent_id: str
+    agent_name: str | None
+    agent_purpose: str | None
+    agent_owner: str | None
+    declared_tools: tuple[str, ...] | None
+    project_root: str | None
+    trusted_values: tuple[str, ...]
+    capabilities: Grant | None
+    audit_location: str
+    audit_durability: str
+    signing_key: str | None
+    checkpoint_file: str | None
+    checkpoint_every: int
+    payload_mode: str
+    max_output_chars: int
+    max_output_items: int
+    max_clock_skew_seconds: float
+    evaluation_deadline_seconds: float
+    queue_size: int
+    exit_flush_seconds: float
+    task_idle_seconds: float
+    sweep_interval_seconds: float
+    template_location: str | None
+    shared_hold_seconds: float
+    otlp_endpoint: str | None
+    otlp_headers: tuple[tuple[str, str], ...] | None
+    otlp_payloads: bool
+    origins: Mapping[str, str]
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        *,
+        policies: tuple[Policy | Mapping[str, Any], ...] | None = None,
+        policy_file: tuple[str, ...] | None = None,
+        policy_cache_path: str | None = None,
+        policy_cache_max_age: float = 86_400.0,
+        fail_mode: str = "closed",
+        enforcement: str = "enforce",
+        environment: str | None = None,
+        risk_classification: str | None = None,
+        agent_id: str = "default",
+        agent_name: str | None = None,
+        agent_purpose: str | None = None,
+        agent_owner: str | None = None,
+        declared_tools: tuple[str, ...] | None = None,
+        project_root: str | None = None,
+        trusted_values: tuple[str, ...] = (),
+        capabilities: Grant | None = None,
+        audit_location: str = "sqlite:///.charter/audit.db",
+        audit_durability: str = "buffered",
+        signing_key: str | None = None,
+        checkpoint_file: str | None = None,
+        checkpoint_every: int = 1_000,
+        payload_mode: str = "full",
+        max_output_chars: int = 32_768,
+        max_output_items: int = 1_000,
+        max_clock_skew_seconds: float = 300.0,
+        evaluation_deadline_seconds: float = 5.0,
+        queue_size: int = 10_000,
+        exit_flush_seconds: float = 5.0,
+        task_idle_seconds: float = 3_600.0,
+        sweep_interval_seconds: float = 60.0,
+        template_location: str | None = None,
+        shared_hold_seconds: float = 3_600.0,
+        otlp_endpoint: str | None = None,
+        otlp_headers: tuple[tuple[str, str], ...] | None = None,
+        otlp_payloads: bool = False,
+        origins: Mapping[str, str] | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "policies", policies)
+        put(self, "policy_file", policy_file)
+        put(self, "policy_cache_path", policy_cache_path)
+        put(self, "policy_cache_max_age", policy_cache_max_age)
+        put(self, "fail_mode", fail_mode)
+        put(self, "enforcement", enforcement)
+        put(self, "environment", environment)
+        put(self, "risk_classification", risk_classification)
+        put(self, "agent_id", agent_id)
+        put(self, "agent_name", agent_name)
+        put(self, "agent_purpose", agent_purpose)
+        put(self, "agent_owner", agent_owner)
+        put(self, "declared_tools", declared_tools)
+        put(self, "project_root", project_root)
+        put(self, "trusted_values", trusted_values)
+        put(self, "capabilities", capabilities)
+        put(self, "audit_location", audit_location)
+        put(self, "audit_durability", audit_durability)
+        put(self, "signing_key", signing_key)
+        put(self, "checkpoint_file", checkpoint_file)
+        put(self, "checkpoint_every", checkpoint_every)
+        put(self, "payload_mode", payload_mode)
+        put(self, "max_output_chars", max_output_chars)
+        put(self, "max_output_items", max_output_items)
+        put(self, "max_clock_skew_seconds", max_clock_skew_seconds)
+        put(self, "evaluation_deadline_seconds", evaluation_deadline_seconds)
+        put(self, "queue_size", queue_size)
+        put(self, "exit_flush_seconds", exit_flush_seconds)
+        put(self, "task_idle_seconds", task_idle_seconds)
+        put(self, "sweep_interval_seconds", sweep_interval_seconds)
+        put(self, "template_location", template_location)
+        put(self, "shared_hold_seconds", shared_hold_seconds)
+        put(self, "otlp_endpoint", otlp_endpoint)
+        put(self, "otlp_headers", otlp_headers)
+        put(self, "otlp_payloads", otlp_payloads)
+        put(self, "origins", {} if origins is None else origins)
+        self._check()
+
+    # Where each value came from is not part of what the settings are.
+    _UNCOMPARED = ("origins",)
+
+    def _check(self) -> None:
         for name, spec in _SPECS.items():
             value = getattr(self, name)
             if value is None:
@@ -442,7 +562,7 @@ class Settings:
         """A copy with `changes` applied as keywords (validated like new settings)."""
         origins = dict(self.origins)
         origins.update({name: "keyword" for name in changes})
-        return dataclasses.replace(self, **changes, origins=origins)
+        return super().replace(**changes, origins=origins)
 
     @staticmethod
     def names() -> tuple[str, ...]:

@@ -31,11 +31,11 @@ Builders are pure: no I/O, no policy, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
 from charter._model.capture import capture, capture_noted
+from charter._model.frozen import Frozen
 from charter._model.trust import parse_output_path, parse_trust
 from charter._policy.shell import is_credential_path, shell_view
 
@@ -59,8 +59,7 @@ ROLES = ("system", "user", "assistant", "tool")
 _USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
+class Step(Frozen):
     """One step as an integration describes it before it is judged.
 
     `kind` and `verb` are a valid pair (`charter.verbs_for`), `name` the step name (mapped
@@ -68,11 +67,27 @@ class Step:
     framework will pass them, `properties` the facts at the documented paths.
     """
 
+    __slots__ = ("input", "kind", "name", "properties", "verb")
     kind: str
     verb: str | None
     name: str
-    input: dict[str, Any] = field(default_factory=dict)
-    properties: dict[str, Any] = field(default_factory=dict)
+    input: dict[str, Any]
+    properties: dict[str, Any]
+
+    def __init__(
+        self,
+        kind: str,
+        verb: str | None,
+        name: str,
+        input: dict[str, Any] | None = None,
+        properties: dict[str, Any] | None = None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "kind", kind)
+        put(self, "verb", verb)
+        put(self, "name", name)
+        put(self, "input", dict() if input is None else input)
+        put(self, "properties", dict() if properties is None else properties)
 
 
 def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:

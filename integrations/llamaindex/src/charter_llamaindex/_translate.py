@@ -6,7 +6,6 @@ provider's own message or response class is read the same way as LlamaIndex's.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -71,7 +70,7 @@ def tool_step(
     query = args.get("input", args.get("query"))
     if isinstance(query, str):
         props["target"] = {**dict(props.get("target") or {}), "query": query}
-    return dataclasses.replace(step, kind="step.resource", verb="GET", properties=props)
+    return step.replace(kind="step.resource", verb="GET", properties=props)
 
 
 def tool_output(output: Any) -> dict[str, Any]:
