@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Frozen"]
 
+_PARAMETERS: dict[type, tuple[str, ...]] = {}
 _ORDER: dict[type, tuple[str, ...]] = {}
 _COMPARED: dict[type, tuple[str, ...]] = {}
 _FIELDS: dict[type, dict[str, Any]] = {}
@@ -34,11 +35,12 @@ _FIELDS: dict[type, dict[str, Any]] = {}
 
 def _parameters(cls: type) -> tuple[str, ...]:
     """The names of ``cls.__init__``'s parameters after ``self`` (positional, then keyword)."""
-    code = getattr(getattr(cls, "__init__", None), "__code__", None)
-    if code is None:
-        return ()
-    count = code.co_argcount + code.co_kwonlyargcount
-    return tuple(code.co_varnames[1:count])
+    names = _PARAMETERS.get(cls)
+    if names is None:
+        code = getattr(getattr(cls, "__init__", None), "__code__", None)
+        count = 0 if code is None else code.co_argcount + code.co_kwonlyargcount
+        names = _PARAMETERS[cls] = () if code is None else tuple(code.co_varnames[1:count])
+    return names
 
 
 def _order(cls: type) -> tuple[str, ...]:
@@ -113,12 +115,13 @@ class Frozen:
     def replace(self, **changes: Any) -> Self:
         """A copy with `changes` (field name -> value) applied, built by ``__init__`` (so
         checked as a new value is). Raises TypeError for a name that is not a field."""
-        values = {name: getattr(self, name) for name in _parameters(type(self))}
-        for name in changes:
-            if name not in values:
-                raise TypeError(f"{type(self).__name__} has no field {name!r}")
+        cls = type(self)
+        values = {name: getattr(self, name) for name in _parameters(cls)}
+        if not changes.keys() <= values.keys():
+            unknown = sorted(changes.keys() - values.keys())[0]
+            raise TypeError(f"{cls.__name__} has no field {unknown!r}")
         values.update(changes)
-        return type(self)(**values)
+        return cls(**values)
 
     __replace__ = replace  # copy.replace (Python 3.13)
 
