@@ -13,11 +13,12 @@ import posixpath
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
+from charter._model.frozen import Frozen
 from charter._model.paths import FieldPath, parse_path
 from charter._policy.registry import Violation, rule
 from charter._policy.secrets import contains_secret, find_secrets, shape_names
@@ -35,13 +36,29 @@ _DAYS = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 _RANGE = r"([01][0-9]|2[0-3]):([0-5][0-9])-([01][0-9]|2[0-3]|24):([0-5][0-9])"
 
 
-class _TimeWindow(NamedTuple):
+class _TimeWindow(Frozen):
+    __slots__ = ("days", "ranges", "texts", "zone", "zone_name")
     zone: ZoneInfo
     zone_name: str
     days: frozenset[int] | None
     # (start, end) in seconds after local midnight; end exclusive; start > end crosses midnight
     ranges: tuple[tuple[int, int], ...] | None
     texts: tuple[str, ...]
+
+    def __init__(
+        self,
+        zone: ZoneInfo,
+        zone_name: str,
+        days: frozenset[int] | None,
+        ranges: tuple[tuple[int, int], ...] | None,
+        texts: tuple[str, ...],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "zone", zone)
+        put(self, "zone_name", zone_name)
+        put(self, "days", days)
+        put(self, "ranges", ranges)
+        put(self, "texts", texts)
 
 
 def _prepare_time_window(params: dict[str, Any]) -> _TimeWindow:
@@ -142,10 +159,26 @@ _DEFAULT_PATH_FIELDS = (
 )
 
 
-class _PathWithin(NamedTuple):
+class _PathWithin(Frozen):
+    __slots__ = (
+        "fields",
+        "home",
+        "roots",
+    )
     fields: tuple[FieldPath, ...]
     roots: tuple[str, ...]
     home: str | None
+
+    def __init__(
+        self,
+        fields: tuple[FieldPath, ...],
+        roots: tuple[str, ...],
+        home: str | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "fields", fields)
+        put(self, "roots", roots)
+        put(self, "home", home)
 
 
 def _clean(path: str) -> str:
@@ -269,9 +302,22 @@ def _strings(values: list[Any]) -> Iterator[str]:
 # -- no_secrets --------------------------------------------------------------------------------
 
 
-class _NoSecrets(NamedTuple):
+class _NoSecrets(Frozen):
+    __slots__ = (
+        "fields",
+        "shapes",
+    )
     fields: tuple[FieldPath, ...]
     shapes: tuple[str, ...] | None
+
+    def __init__(
+        self,
+        fields: tuple[FieldPath, ...],
+        shapes: tuple[str, ...] | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "fields", fields)
+        put(self, "shapes", shapes)
 
 
 def _prepare_no_secrets(params: dict[str, Any]) -> _NoSecrets:

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._model.context import RuleContext
+from charter._model.frozen import Frozen
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath, parse_path
 from charter._model.shared import SharedDemand
@@ -113,13 +114,38 @@ _OK_KEEPS = ("ok",)
 _ATTEMPT_KEEPS = ("abandoned", "failed", "ok")
 
 
-class _MaxSteps(NamedTuple):
+class _MaxSteps(Frozen):
+    __slots__ = (
+        "counter",
+        "factory",
+        "key",
+        "max",
+        "scope",
+        "select",
+    )
     max: int
     select: Selector
     key: str
     factory: Callable[[], CountIndex]
     scope: Scope | None
     counter: str
+
+    def __init__(
+        self,
+        max: int,
+        select: Selector,
+        key: str,
+        factory: Callable[[], CountIndex],
+        scope: Scope | None,
+        counter: str,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "max", max)
+        put(self, "select", select)
+        put(self, "key", key)
+        put(self, "factory", factory)
+        put(self, "scope", scope)
+        put(self, "counter", counter)
 
     def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
         if self.scope is None or not self.select.matches(view):
@@ -190,7 +216,18 @@ _ATTEMPTS = frozenset({Outcome.OK, Outcome.FAILED, Outcome.ABANDONED})
 _OK_ONLY = frozenset({Outcome.OK})
 
 
-class _RateLimit(NamedTuple):
+class _RateLimit(Frozen):
+    __slots__ = (
+        "counter",
+        "factory",
+        "keeps",
+        "key",
+        "max",
+        "scope",
+        "select",
+        "window_text",
+        "window_us",
+    )
     max: int
     window_us: int
     window_text: str
@@ -200,6 +237,29 @@ class _RateLimit(NamedTuple):
     scope: Scope | None
     counter: str
     keeps: tuple[str, ...]
+
+    def __init__(
+        self,
+        max: int,
+        window_us: int,
+        window_text: str,
+        select: Selector,
+        key: str,
+        factory: Callable[[], TimeIndex],
+        scope: Scope | None,
+        counter: str,
+        keeps: tuple[str, ...],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "max", max)
+        put(self, "window_us", window_us)
+        put(self, "window_text", window_text)
+        put(self, "select", select)
+        put(self, "key", key)
+        put(self, "factory", factory)
+        put(self, "scope", scope)
+        put(self, "counter", counter)
+        put(self, "keeps", keeps)
 
     def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
         if self.scope is None or not self.select.matches(view):
@@ -291,7 +351,18 @@ def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
 # -- budget ------------------------------------------------------------------------------------
 
 
-class _Budget(NamedTuple):
+class _Budget(Frozen):
+    __slots__ = (
+        "counter",
+        "factory",
+        "key",
+        "limit",
+        "path",
+        "scope",
+        "select",
+        "window_text",
+        "window_us",
+    )
     path: FieldPath
     limit: float
     select: Selector
@@ -301,6 +372,29 @@ class _Budget(NamedTuple):
     counter: str
     window_us: int | None
     window_text: str
+
+    def __init__(
+        self,
+        path: FieldPath,
+        limit: float,
+        select: Selector,
+        key: str,
+        factory: Callable[[], SumIndex],
+        scope: Scope | None,
+        counter: str,
+        window_us: int | None,
+        window_text: str,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "path", path)
+        put(self, "limit", limit)
+        put(self, "select", select)
+        put(self, "key", key)
+        put(self, "factory", factory)
+        put(self, "scope", scope)
+        put(self, "counter", counter)
+        put(self, "window_us", window_us)
+        put(self, "window_text", window_text)
 
     def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
         if self.scope is None:
@@ -559,10 +653,26 @@ _AFTER = _selector_schema(
 _AFTER["properties"] = {**SELECTOR_SCHEMA["properties"], "where": _WHERE}
 
 
-class _ForbidAfter(NamedTuple):
+class _ForbidAfter(Frozen):
+    __slots__ = (
+        "factory",
+        "key",
+        "within",
+    )
     within: int | None
     key: str
     factory: Callable[[], TriggerIndex]
+
+    def __init__(
+        self,
+        within: int | None,
+        key: str,
+        factory: Callable[[], TriggerIndex],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "within", within)
+        put(self, "key", key)
+        put(self, "factory", factory)
 
 
 _TRUST_FIELD = "properties.data.trust"
@@ -643,9 +753,22 @@ def forbid_after(view: Behavior, p: _ForbidAfter, ctx: RuleContext) -> Verdict:
 # -- no_repeat ---------------------------------------------------------------------------------
 
 
-class _NoRepeat(NamedTuple):
+class _NoRepeat(Frozen):
+    __slots__ = (
+        "include_failed",
+        "max",
+    )
     max: int
     include_failed: bool
+
+    def __init__(
+        self,
+        max: int,
+        include_failed: bool,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "max", max)
+        put(self, "include_failed", include_failed)
 
 
 @rule(
@@ -705,16 +828,48 @@ _KIND_NAMES = {
 }
 
 
-class _Field(NamedTuple):
+class _Field(Frozen):
+    __slots__ = (
+        "extract",
+        "mode",
+        "needs",
+        "path",
+    )
     path: FieldPath
     mode: str
     needs: Trust
     extract: tuple[str, ...]
 
+    def __init__(
+        self,
+        path: FieldPath,
+        mode: str,
+        needs: Trust,
+        extract: tuple[str, ...],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "path", path)
+        put(self, "mode", mode)
+        put(self, "needs", needs)
+        put(self, "extract", extract)
 
-class _Provenance(NamedTuple):
+
+class _Provenance(Frozen):
+    __slots__ = (
+        "comply_if_missing",
+        "fields",
+    )
     fields: tuple[_Field, ...]
     comply_if_missing: bool
+
+    def __init__(
+        self,
+        fields: tuple[_Field, ...],
+        comply_if_missing: bool,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "fields", fields)
+        put(self, "comply_if_missing", comply_if_missing)
 
 
 def _prepare_provenance(params: dict[str, Any]) -> _Provenance:
@@ -779,7 +934,11 @@ def value_trust(ctx: RuleContext, value: Any, normalise: str = "auto") -> Trust:
 class _Lookup:
     """The task's provenance index and the context's trusted values, fetched on first use."""
 
-    __slots__ = ("ctx", "index", "trusted")
+    __slots__ = (
+        "ctx",
+        "index",
+        "trusted",
+    )
 
     def __init__(self, ctx: RuleContext) -> None:
         self.ctx = ctx

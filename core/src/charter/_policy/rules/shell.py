@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import Any
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
+from charter._model.frozen import Frozen
 from charter._model.paths import FieldPath, parse_path
 from charter._policy.regex import compile_re2, search_function
 from charter._policy.registry import Violation, rule
@@ -42,13 +43,41 @@ _PROTECTED_DEFAULT = ("main", "master", "trunk", "develop", "production", "prod"
                       "release", "release/*", "release-*")  # fmt: skip
 
 
-class _Programs(NamedTuple):
+class _Programs(Frozen):
+    __slots__ = (
+        "names",
+        "pattern",
+        "search",
+    )
     names: frozenset[str]
     search: Any  # text -> bool, or None
     pattern: str | None
 
+    def __init__(
+        self,
+        names: frozenset[str],
+        search: Any,  # text -> bool, or None
+        pattern: str | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "names", names)
+        put(self, "search", search)
+        put(self, "pattern", pattern)
 
-class _Params(NamedTuple):
+
+class _Params(Frozen):
+    __slots__ = (
+        "credential_reads",
+        "deletes",
+        "disk",
+        "fields",
+        "flags",
+        "force_push",
+        "home",
+        "network",
+        "permissions",
+        "programs",
+    )
     fields: tuple[FieldPath, ...]
     deletes: frozenset[str]
     permissions: frozenset[str]
@@ -59,6 +88,31 @@ class _Params(NamedTuple):
     force_push: tuple[str, ...] | None
     programs: tuple[_Programs, ...]
     home: str | None
+
+    def __init__(
+        self,
+        fields: tuple[FieldPath, ...],
+        deletes: frozenset[str],
+        permissions: frozenset[str],
+        flags: frozenset[str],
+        network: bool,
+        credential_reads: bool,
+        disk: bool,
+        force_push: tuple[str, ...] | None,
+        programs: tuple[_Programs, ...],
+        home: str | None,
+    ) -> None:
+        put = object.__setattr__
+        put(self, "fields", fields)
+        put(self, "deletes", deletes)
+        put(self, "permissions", permissions)
+        put(self, "flags", flags)
+        put(self, "network", network)
+        put(self, "credential_reads", credential_reads)
+        put(self, "disk", disk)
+        put(self, "force_push", force_push)
+        put(self, "programs", programs)
+        put(self, "home", home)
 
 
 def _prepare(params: dict[str, Any]) -> _Params:
