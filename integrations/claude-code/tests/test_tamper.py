@@ -136,6 +136,77 @@ def test_emptying_or_forging_the_policy_cache(installed):
     assert installed.pre("Bash", MKFS).permission == "deny"
 
 
+NO_DELETES = (
+    "name: verbs\nversion: 1\npolicies:\n  - name: no-deletes\n"
+    "    rule_type: field_matches\n    severity: critical\n"
+    "    match: {kinds: [step.resource], verbs: [DELETE]}\n"
+    "    params: {field: step_name, pattern: '.'}\n"
+)
+# Chains two verbs: the generic template's verb order (most consequential first) makes it a
+# DELETE; with the verbs listed the other way round it would map as a read.
+CHAINED = "mcp__files__get_or_delete_item"
+
+
+def _reorder_verbs(record: Path) -> None:
+    """Rewrite the kept copy with the generic template's verbs reversed: the same value as
+    JSON (its canonical digest does not change), another template set."""
+    data = json.loads(record.read_text())
+    for _, documents in data["templates"]["documents"]:
+        for document in documents:
+            if "verbs" in document:
+                document["verbs"] = dict(reversed(list(document["verbs"].items())))
+    record.write_text(json.dumps(data))
+
+
+@pytest.fixture
+def verbs_installed(project: Path, hook_env: dict[str, str], tmp_path: Path) -> Installed:
+    mine = tmp_path / "no-deletes.yaml"
+    mine.write_text(NO_DELETES)
+    return Installed(project, hook_env, mine)
+
+
+def test_a_reordered_copy_of_the_trusted_set_does_not_verify(verbs_installed):
+    inst = verbs_installed
+    out = inst.pre(CHAINED, {"id": 7})
+    assert out.permission == "deny" and "no-deletes" in out.reason, out.stdout + out.stderr
+    (record,) = (inst.project / ".charter" / "claude-code" / "trusted").glob("*.json")
+    _reorder_verbs(record)  # written by a means no hook sees
+    out = inst.pre(CHAINED, {"id": 7})
+    assert out.permission == "deny" and "no-deletes" in out.reason, out.stdout + out.stderr
+    # The files still hash to the pin: the verified copy was rebuilt from them.
+    _reorder_verbs(record)
+    inst.policy.write_text("name: x\nversion: 1\npolicies: []\n")
+    out = inst.pre(CHAINED, {"id": 7})
+    assert out.permission == "deny" and "charter claude trust" in out.reason
+
+
+def test_a_pin_an_earlier_charter_made_is_judged_from_the_files(verbs_installed):
+    inst = verbs_installed
+    from charter_claude_code._trust import first_format_pin
+
+    trusted = inst.project / ".charter" / "claude-code" / "trusted"
+    (record,) = trusted.glob("*.json")
+    data = json.loads(record.read_text())
+    pin = "sha256:" + record.stem
+    # What the first record format kept: the same record, pinned by its canonical digest.
+    older = first_format_pin(data)
+    record.unlink()
+    copy = trusted / f"{older.removeprefix('sha256:')}.json"
+    copy.write_text(json.dumps({**data, "format": 1}))
+    inst.settings.write_text(inst.settings.read_text().replace(pin, older))
+    out = inst.pre(CHAINED, {"id": 7})
+    assert out.permission == "deny" and "no-deletes" in out.reason, out.stdout + out.stderr
+    # Its copy still has the older pin's digest when reordered, and is not what governs.
+    _reorder_verbs(copy)
+    out = inst.pre(CHAINED, {"id": 7})
+    assert out.permission == "deny" and "no-deletes" in out.reason, out.stdout + out.stderr
+    # Once the files no longer hash to it, nothing is judged until a person trusts again.
+    inst.policy.write_text("name: x\nversion: 1\npolicies: []\n")
+    out = inst.pre(CHAINED, {"id": 7})
+    assert out.permission == "deny" and "earlier Charter" in out.reason
+    assert "charter claude trust" in out.reason
+
+
 def test_a_planted_pickle_is_never_loaded(installed):
     cache = installed.project / ".charter" / "claude-code" / "cache"
     cache.mkdir(parents=True, exist_ok=True)

@@ -995,12 +995,17 @@ def pinned_source(
 ) -> tuple[PolicySource, dict[str, Any]]:
     """The policy set pinned as `config.pin`, from its verified copy (or, with none left,
     from the files when they still hash to the pin). Raises TrustError when neither can be
-    had: every action step is then denied until a person runs ``charter claude trust``."""
+    had: every action step is then denied until a person runs ``charter claude trust``.
+
+    A pin an earlier Charter made (the first record format, see `_trust`) is never read
+    from its copy: the set comes from the files, while they still hash to it."""
     from charter_claude_code._policies import baseline_file
     from charter_claude_code._trust import (
         TrustError,
         build_record,
         current_sources,
+        first_format_pin,
+        older_record,
         pin_of,
         read_record,
         source_names,
@@ -1019,13 +1024,21 @@ def pinned_source(
             )
         except TrustError:
             fresh = None
-        if fresh is None or pin_of(fresh) != pin:
+        if fresh is not None and pin_of(fresh) == pin:
+            write_record(state_dir, fresh)
+        elif fresh is None or first_format_pin(fresh) != pin:
+            if older_record(state_dir, pin):
+                raise TrustError(
+                    f"the policy set was pinned ({pin[:19]}…) by an earlier Charter, whose "
+                    "pin does not vouch for the order of the kept copy, and the policy files "
+                    "changed since, so no tool call can be judged; a person must review the "
+                    "policy files and run: charter claude trust"
+                )
             raise TrustError(
                 f"the policy set changed since it was trusted (pinned {pin[:19]}…) and no "
                 "verified copy of the trusted set is left, so no tool call can be judged; a "
                 "person must review the policy files and run: charter claude trust"
             )
-        write_record(state_dir, fresh)
         record = fresh
     described = [str(name) for name, _ in record["sources"]]
     return (

@@ -12,12 +12,23 @@ project's reach between sessions.
 
 The trusted record (`build_record`) is the policy set as data: each source (project-relative
 policy file, or ``baseline:NAME``) with the SHA-256 of its bytes, the parsed policies, and
-the template documents the tool mapping is built from. Its canonical digest is the pin; a
-copy is kept under ``.charter/claude-code/trusted/<digest>.json``, and a copy that does not
-hash to the pin is ignored. So an edited policy file, an emptied cache or a planted copy
-never becomes the policy set: the verified copy stays in force (and the hook says the files
-changed), or, with no verified copy left, every action step is denied until a person runs
+the template documents the tool mapping is built from. The pin is the SHA-256 of the exact
+bytes of the record (`record_bytes`); a copy is kept under
+``.charter/claude-code/trusted/<digest>.json``, and a copy whose bytes do not hash to the pin
+is ignored. So an edited policy file, an emptied cache or a planted copy never becomes the
+policy set: the verified copy stays in force (and the hook says the files changed), or, with
+no verified copy left, every action step is denied until a person runs
 ``charter claude trust``.
+
+Why the exact bytes and not the canonical (RFC 8785) digest of the record, as pins of the
+first record format were: a canonical digest is the same for values that are equal as JSON
+but not alike to the code that reads them. It sorts object keys, and the template set
+depends on their order (the generic template's verbs are listed most consequential first, so
+``get_or_delete_item`` is a DELETE); it reads ``1`` and ``1.0`` alike. A copy rewritten with
+the verbs reordered still had the pinned digest, and mapped that tool as a read. A pin of the
+first format is still honoured, but never from its copy: the policy set is built from the
+files again on every call while they still hash to the pin (each source's SHA-256 is part of
+it), and refused once they do not (`charter claude trust` pins it anew).
 
 The trail anchor: `install` and `trust` (or, under a user-wide install, the first call in a
 project) record a closed task ``charter-anchor`` in the project's audit store and a marker
@@ -45,9 +56,12 @@ __all__ = [
     "anchor_marker",
     "build_record",
     "current_sources",
+    "first_format_pin",
     "has_anchor",
+    "older_record",
     "pin_of",
     "read_record",
+    "record_bytes",
     "reset_heads",
     "source_names",
     "template_part",
@@ -57,7 +71,10 @@ __all__ = [
     "write_record",
 ]
 
-_FORMAT = 1
+_FORMAT = 2
+# The first format: pinned by the canonical digest, which does not bind key order or number
+# types (see the module docstring), so its copies are never read as the policy set.
+_CANONICAL_FORMAT = 1
 ANCHOR_NAME = "charter-trust"
 # One closed task per store, whatever the pin: a new pin (a teammate's trust) keeps it.
 ANCHOR_TASK = "charter-anchor"
@@ -189,11 +206,25 @@ def build_record(
     }
 
 
-def pin_of(record: Mapping[str, Any]) -> str:
-    """The pin of a record: ``sha256:`` and its RFC 8785 canonical digest."""
-    import charter
+def record_bytes(record: Mapping[str, Any]) -> bytes:
+    """The bytes a record is kept as, and its pin hashed from: JSON, ASCII only (so any
+    string encodes), with the keys in the record's own order."""
+    return json.dumps(dict(record), separators=(",", ":")).encode("ascii")
 
-    return "sha256:" + str(charter.canonical_digest(dict(record)))
+
+def pin_of(record: Mapping[str, Any]) -> str:
+    """The pin of a record: ``sha256:`` and the SHA-256 of `record_bytes` (of a first-format
+    record: its RFC 8785 canonical digest)."""
+    if record.get("format") == _CANONICAL_FORMAT:
+        import charter
+
+        return "sha256:" + str(charter.canonical_digest(dict(record)))
+    return "sha256:" + sha256_hex(record_bytes(record))
+
+
+def first_format_pin(record: Mapping[str, Any]) -> str:
+    """The pin a Charter of the first record format gave the same policy set."""
+    return pin_of({**record, "format": _CANONICAL_FORMAT})
 
 
 def _record_path(state_dir: Path, pin: str) -> Path:
@@ -202,32 +233,50 @@ def _record_path(state_dir: Path, pin: str) -> Path:
 
 def write_record(state_dir: Path, record: Mapping[str, Any]) -> str:
     """Keep the verified copy of `record`; returns its pin."""
-    pin = pin_of(record)
+    data = record_bytes(record)
+    pin = "sha256:" + sha256_hex(data)
     path = _record_path(state_dir, pin)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
     return pin
 
 
 def read_record(state_dir: Path, pin: str) -> dict[str, Any] | None:
-    """The verified copy of the record pinned as `pin`, or None when there is none that
-    hashes to the pin (missing, damaged, replaced: all ignored alike)."""
+    """The verified copy of the record pinned as `pin`, or None when there is none whose
+    bytes hash to the pin (missing, damaged, replaced, or a first-format copy: all ignored
+    alike)."""
     try:
-        data = json.loads(_record_path(state_dir, pin).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        raw = _record_path(state_dir, pin).read_bytes()
+    except OSError:
         return None
+    if "sha256:" + sha256_hex(raw) != pin:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
+    # The bytes are the pinned ones; a first-format record's canonical bytes would be too.
     if not isinstance(data, dict) or data.get("format") != _FORMAT:
-        return None
-    try:
-        if pin_of(data) != pin:
-            return None
-    except Exception:
         return None
     if not isinstance(data.get("policies"), list) or not isinstance(data.get("sources"), list):
         return None
     return data
+
+
+def older_record(state_dir: Path, pin: str) -> bool:
+    """Whether the copy kept for `pin` is a first-format record with that canonical digest
+    (pinned by an earlier Charter), for saying so when it cannot be used."""
+    try:
+        data = json.loads(_record_path(state_dir, pin).read_bytes())
+        return (
+            isinstance(data, dict)
+            and data.get("format") == _CANONICAL_FORMAT
+            and pin_of(data) == pin
+        )
+    except (OSError, ValueError, TypeError):
+        return False
 
 
 def anchor_marker(root: str, environ: Mapping[str, str]) -> Path | None:
