@@ -14,6 +14,8 @@ from charter._audit.base import AuditStore, StoreError
 from charter._audit.chain import ChainHead, entry_hash
 from charter._audit.location import open_store, verify
 from charter._audit.stdout import StdoutStore
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 EntryFactory = Callable[..., dict[str, Any]]
 
@@ -238,3 +240,21 @@ def test_stdout_store_write_failure_keeps_heads(make_entry: EntryFactory) -> Non
     with pytest.raises(StoreError, match="standard output"):
         store.append([make_entry("t1", n=1)])
     assert store.head("agent-a", "t1").seq == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_a_store_path_is_quoted_for_its_uri_as_urllib_quotes_it(path: str) -> None:
+    import urllib.parse
+
+    from charter._audit.sqlite import _uri_path
+
+    try:
+        expected: str | type[Exception] = urllib.parse.quote(path)
+    except UnicodeEncodeError:
+        expected = UnicodeEncodeError
+    if expected is UnicodeEncodeError:
+        with pytest.raises(UnicodeEncodeError):
+            _uri_path(path)
+    else:
+        assert _uri_path(path) == expected

@@ -27,6 +27,8 @@ from pathlib import Path
 # compiles its methods at import; `dataclasses` imports `inspect`, which imports ast, dis
 # and tokenize), orjson (whose start-up imports dataclasses, uuid and platform) loads after
 # a few hundred encodings, rfc8785 for a value only it encodes (a float in exponent form).
+# Paths are text handled with os.path: pathlib imports urllib.parse, which imports
+# ipaddress, and a URL is parsed only when a step or an audit location holds one.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -53,13 +55,16 @@ NOT_ON_THE_HOOK_PATH = (
     "hashlib",
     "hmac",
     "inspect",
+    "ipaddress",
     "logging",
     "orjson",
+    "pathlib",
     "platform",
     "random",
     "rfc8785",
     "secrets",
     "traceback",
+    "urllib.parse",
     "uuid",
     "yaml",
 )

@@ -29,7 +29,7 @@ def record() -> dict:
 
 
 def _kept(state: Path) -> Path:
-    (path,) = trusted_dir(state).glob("*.json")
+    (path,) = Path(trusted_dir(state)).glob("*.json")
     return path
 
 
@@ -74,7 +74,7 @@ def test_a_first_format_copy_is_never_read(tmp_path, record):
     older = {**json.loads(json.dumps(record)), "format": 1}
     pin = first_format_pin(record)
     assert pin == pin_of(older) == "sha256:" + charter.canonical_digest(older)
-    path = trusted_dir(tmp_path) / f"{pin.removeprefix('sha256:')}.json"
+    path = Path(trusted_dir(tmp_path)) / f"{pin.removeprefix('sha256:')}.json"
     path.parent.mkdir(parents=True)
     # Not as the first format kept it, nor as its canonical bytes (which hash to its pin).
     assert "sha256:" + sha256_hex(canonical_json(older)) == pin

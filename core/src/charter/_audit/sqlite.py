@@ -26,7 +26,6 @@ import os
 import sqlite3
 import threading
 import time
-import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any
@@ -111,6 +110,21 @@ _UPSERT_HEAD = (
 _COLUMNS = ("agent_id", "task_id", "seq", "hash", "prev_hash", "kind", "timestamp")
 
 
+# What urllib.parse.quote leaves as it is (its default safe "/"): without importing it, which
+# imports ipaddress, in every process that opens a store.
+_URI_SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~/")
+
+
+def _uri_path(path: str) -> str:
+    """`path` percent-encoded for a ``file:`` URI, exactly as ``urllib.parse.quote(path)``:
+    UTF-8 bytes outside letters, digits, ``_.-~/`` become ``%XX``. Raises UnicodeEncodeError
+    for text that is not valid Unicode (a lone surrogate), as quote does."""
+    data = path.encode("utf-8")
+    if all(b in _URI_SAFE for b in data):
+        return path
+    return "".join(chr(b) if b in _URI_SAFE else f"%{b:02X}" for b in data)
+
+
 class SQLiteStore:
     """An audit store in one SQLite file (see the module docstring for the schema).
 
@@ -143,7 +157,7 @@ class SQLiteStore:
         if not self._memory:
             check_store_path(self._path, create)
         mode = "rwc" if create else "rw"
-        target = "file::memory:" if self._memory else "file:" + urllib.parse.quote(self._path)
+        target = "file::memory:" if self._memory else "file:" + _uri_path(self._path)
         try:
             conn = sqlite3.connect(
                 f"{target}?mode={mode}",

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import urllib.parse
-
 __all__ = ["display_location"]
 
 
@@ -12,6 +10,8 @@ def display_location(url: str) -> str:
     text that is not a URL with a scheme comes back unchanged."""
     if "://" not in url:
         return url
+    import urllib.parse  # here: it imports ipaddress, and most locations are file stores
+
     parts = urllib.parse.urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:

@@ -7,7 +7,6 @@ import enum
 import math
 import sys
 from collections.abc import Mapping
-from pathlib import PurePath
 from typing import Any
 
 from charter._model.ijson import MAX_SAFE_INT
@@ -152,10 +151,10 @@ def _int_text(v: int) -> str:
         return str(Decimal(v))
 
 
-# Captured as their str(): (module, class). A Decimal or UUID can exist only once its module
+# Captured as their str(): (module, class). A Decimal, UUID or path can exist only once its module
 # was imported, so they are looked up, not imported: a process that never uses one (a hook
 # call) does not pay for the modules.
-_STRINGIFIED = (("decimal", "Decimal"), ("uuid", "UUID"))
+_STRINGIFIED = (("decimal", "Decimal"), ("uuid", "UUID"), ("pathlib", "PurePath"))
 
 
 def _is_loaded(v: object, classes: tuple[tuple[str, str], ...]) -> bool:
@@ -231,7 +230,7 @@ class _Capture:
             return v.isoformat()
         if isinstance(v, _dt.timedelta):
             return v.total_seconds()
-        if isinstance(v, PurePath | complex) or _is_loaded(v, _STRINGIFIED):
+        if isinstance(v, complex) or _is_loaded(v, _STRINGIFIED):
             return str(v)
         if isinstance(v, bytes | bytearray | memoryview):
             # Judged as the text a tool would act on: a shell reads b"rm -rf /" as rm -rf /.

@@ -44,7 +44,6 @@ import binascii
 import functools
 from collections.abc import Collection, Sequence
 from typing import Any
-from urllib.parse import unquote_to_bytes
 
 __all__ = [
     "SECRET_SHAPES",
@@ -968,6 +967,8 @@ def _plain(text: str) -> str:
     text = text.translate(_INVISIBLE)
     if "%" not in text:
         return text
+    from urllib.parse import unquote_to_bytes  # only %-encoded text needs it
+
     return unquote_to_bytes(_encodable(text)).decode("utf-8", "replace")
 
 

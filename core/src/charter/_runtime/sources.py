@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from charter._engine.engine import PolicyEngine
@@ -37,9 +36,9 @@ EXPIRED = "cache expired"
 Stamp = tuple[int, int, int] | None
 
 
-def _stamp(path: Path) -> Stamp:
+def _stamp(path: str) -> Stamp:
     try:
-        st = path.stat()
+        st = os.stat(path)
     except OSError:
         return None
     return (st.st_mtime_ns, st.st_size, st.st_ino)
@@ -72,8 +71,10 @@ class PolicySources:
         self._settings = settings
         self._engine = engine
         self._inline: tuple[Policy | Mapping[str, Any], ...] = settings.policies or ()
-        self._files = tuple(Path(p) for p in settings.policy_file or ())
-        self._cache = Path(settings.policy_cache_path) if settings.policy_cache_path else None
+        # Paths as text (os.path, not pathlib: it imports urllib.parse and ipaddress, which
+        # a process that lives for one decision would load for nothing).
+        self._files = tuple(os.fspath(p) for p in settings.policy_file or ())
+        self._cache = os.fspath(settings.policy_cache_path) if settings.policy_cache_path else None
         self._max_age = settings.policy_cache_max_age
         self._lock = threading.Lock()
         self._stamps: tuple[Stamp, ...] = ()
@@ -151,9 +152,10 @@ class PolicySources:
         owner: dict[str, str] = {}
         monitor = True
         for path in self._files:
-            source = str(path)
+            source = path
             try:
-                data = path.read_bytes()
+                with open(path, "rb") as f:
+                    data = f.read()
             except OSError as exc:
                 unreadable.append(f"{source}: cannot be read ({exc.strerror or exc})")
                 continue
@@ -202,9 +204,12 @@ class PolicySources:
                 "monitor": self.manifests_monitor,
                 "policies": [p.to_dict() for p in self._engine.policies],
             }
-            self._cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self._cache.with_name(f".{self._cache.name}.{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(payload, indent=1, sort_keys=True), encoding="utf-8")
+            folder, name = os.path.split(self._cache)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(json.dumps(payload, indent=1, sort_keys=True))
             os.replace(tmp, self._cache)
         except Exception as exc:  # the cache only helps later starts; it must not stop this one
             report_internal_error(exc, "policy cache write")
@@ -216,7 +221,8 @@ class PolicySources:
             return
         why = f"{self._kind}: {self._detail}" if self._kind else None
         try:
-            data = json.loads(self._cache.read_text(encoding="utf-8"))
+            with open(self._cache, encoding="utf-8") as f:
+                data = json.loads(f.read())
             if not isinstance(data, dict) or data.get("charter_policy_cache") != _CACHE_FORMAT:
                 raise ValueError("not a Charter policy cache")
             saved = datetime.fromisoformat(data["saved_at"]).timestamp()

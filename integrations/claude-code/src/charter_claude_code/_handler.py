@@ -36,7 +36,6 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from charter.integration import Answer, Blocked, Gate, Pending, Step, sha256_hex
@@ -166,9 +165,9 @@ class _Untrusted(_Refusal):
     denied, and the other events tell the user without refusing them."""
 
 
-def state_dir(root: str) -> Path:
+def state_dir(root: str) -> str:
     """Where the hook keeps its per-session state and policy cache for the project `root`."""
-    return Path(root) / ".charter" / _STATE_DIR
+    return os.path.join(root, ".charter", _STATE_DIR)
 
 
 def project_root(event: Mapping[str, Any], config: HookConfig, environ: Mapping[str, str]) -> str:
@@ -336,7 +335,7 @@ class _Call:
         self._open_gate()
         try:
             key = session_key(self.session_id)
-            lock = SessionLock(self.state_dir / "sessions" / f"{key}.lock")
+            lock = SessionLock(os.path.join(self.state_dir, "sessions", f"{key}.lock"))
             # Wait for the lock only as long as leaves time to judge and record before the
             # deadline, so a stuck sibling yields this precise reason, not the watchdog's.
             margin = min(1.0, self.config.deadline * 0.2)
@@ -344,7 +343,7 @@ class _Call:
             self._time("lock")
             try:
                 self.state = SessionState.load(
-                    self.state_dir / "sessions" / f"{key}.json", self.session_id
+                    os.path.join(self.state_dir, "sessions", f"{key}.json"), self.session_id
                 )
                 answer = self._dispatch()
                 self._note_head()
@@ -455,7 +454,7 @@ class _Call:
         if has_anchor(self.gate):
             return
         marker = anchor_marker(self.root, self.environ)
-        if marker is not None and marker.exists():
+        if marker is not None and os.path.exists(marker):
             raise _Untrusted(
                 f"the audit store {self.settings.audit_location} no longer holds the trail "
                 "anchor recorded when this project's governance was trusted: it was deleted, "
@@ -931,7 +930,7 @@ def open_gate(
     config: HookConfig,
     root: str,
     environ: Mapping[str, str],
-    cache_dir: Path,
+    cache_dir: str,
     *,
     templates: bool = True,
 ) -> tuple[Gate, Any, Any]:
@@ -991,7 +990,7 @@ def open_gate(
 
 
 def pinned_source(
-    config: HookConfig, root: str, files: tuple[str, ...], state_dir: Path
+    config: HookConfig, root: str, files: tuple[str, ...], state_dir: str
 ) -> tuple[PolicySource, dict[str, Any]]:
     """The policy set pinned as `config.pin`, from its verified copy (or, with none left,
     from the files when they still hash to the pin). Raises TrustError when neither can be

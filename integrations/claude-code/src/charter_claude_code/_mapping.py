@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from charter.integration import sha256_hex
@@ -61,12 +60,14 @@ def code_stamp(package_file: str, *names: str) -> str:
     Caches built from a package's output are keyed by it, so an upgrade (or an edit in an
     editable install) invalidates them without reading package metadata.
     """
-    folder = Path(package_file).parent
+    import glob  # here: only a cache miss needs it
+
+    folder = os.path.dirname(package_file)
     parts = [sys.version]
     for pattern in names or ("*.py",):
-        for f in sorted(folder.glob(pattern)):
-            st = f.stat()
-            parts.append(f"{f.relative_to(folder)}:{st.st_mtime_ns}:{st.st_size}")
+        for name in sorted(glob.glob(pattern, root_dir=folder)):
+            st = os.stat(os.path.join(folder, name))
+            parts.append(f"{name}:{st.st_mtime_ns}:{st.st_size}")
     return sha256_hex("\n".join(parts).encode())[:32]
 
 

@@ -46,7 +46,6 @@ import json
 import os
 import threading
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 __all__ = ["OP", "GateCache", "ops"]
@@ -92,7 +91,7 @@ class GateCache:
         self._protected: dict[Any, tuple[Any, Any]] = {}
 
     def get(
-        self, config: Any, root: str, environ: Mapping[str, str], state_dir: Path
+        self, config: Any, root: str, environ: Mapping[str, str], state_dir: str
     ) -> tuple[Any, Any, Any]:
         from charter_claude_code._handler import open_gate
 

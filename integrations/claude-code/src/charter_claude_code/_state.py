@@ -20,7 +20,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from typing import Any
 
 from charter.integration import sha256_hex
@@ -49,13 +48,13 @@ def session_key(session_id: str) -> str:
 class SessionLock:
     """An exclusive advisory lock on one file; `acquire` waits up to a deadline."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.fspath(path)
         self._fd: int | None = None
 
     def acquire(self, timeout: float) -> None:
         """Take the lock or raise LockTimeout after `timeout` seconds."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + timeout
         pause = 0.002
@@ -147,7 +146,7 @@ class SessionState:
 
     def __init__(
         self,
-        path: Path,
+        path: str | os.PathLike[str],
         session_id: str,
         task_id: str | None = None,
         generation: int = 0,
@@ -158,7 +157,7 @@ class SessionState:
         ungoverned: dict[str, dict[str, Any]] | None = None,
         digests: dict[str, str] | None = None,
     ) -> None:
-        self.path = path
+        self.path = os.fspath(path)
         self.session_id = session_id
         self.task_id = task_id
         self.generation = generation
@@ -177,13 +176,15 @@ class SessionState:
         )
 
     @classmethod
-    def load(cls, path: Path, session_id: str) -> SessionState:
+    def load(cls, path: str | os.PathLike[str], session_id: str) -> SessionState:
         """The state at `path`, or a fresh one when there is no file.
 
         Raises StateError for a file that cannot be read or is not this format.
         """
+        path = os.fspath(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
         except FileNotFoundError:
             return cls(path, session_id)
         except (OSError, UnicodeDecodeError) as exc:
@@ -235,9 +236,11 @@ class SessionState:
         text = self.to_json()
         if text == self._loaded:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(text, encoding="utf-8")
+        folder, name = os.path.split(self.path)
+        os.makedirs(folder, exist_ok=True)
+        tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
         os.replace(tmp, self.path)
         self._loaded = text
 

@@ -44,7 +44,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from charter.integration import sha256_hex
@@ -85,8 +84,13 @@ class TrustError(Exception):
     """The pinned policy set cannot be used; the message says what a person must do."""
 
 
-def trusted_dir(state_dir: Path) -> Path:
-    return state_dir / "trusted"
+def trusted_dir(state_dir: str | os.PathLike[str]) -> str:
+    return os.path.join(state_dir, "trusted")
+
+
+def _read_bytes(path: str | os.PathLike[str]) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
 
 
 def source_names(files: Sequence[str], root: str) -> list[str]:
@@ -116,10 +120,10 @@ def current_sources(
     out: list[list[str]] = []
     try:
         if baseline:
-            data = Path(baseline_file).read_bytes() if baseline_file else baseline.encode()
+            data = _read_bytes(baseline_file) if baseline_file else baseline.encode()
             out.append([f"baseline:{baseline}", _sha(data)])
         for f, name in zip(files, names, strict=True):
-            out.append([name, _sha(Path(f).read_bytes())])
+            out.append([name, _sha(_read_bytes(f))])
     except OSError:
         return None
     return out
@@ -137,7 +141,7 @@ def template_part(location: str | None) -> dict[str, Any]:
         "user": None,
     }
     if location:
-        text = Path(location).read_text(encoding="utf-8")
+        text = _read_bytes(location).decode("utf-8")
         (user,) = charter_templates.template_documents([(location, text)])
         part["sources"].append([location, _sha(text.encode())])
         part["user"] = user
@@ -150,7 +154,7 @@ def template_sources_now(location: str | None) -> list[list[str]] | None:
     try:
         out = [[n, _sha(t.encode())] for n, t in charter_templates.builtin_sources()]
         if location:
-            out.append([location, _sha(Path(location).read_bytes())])
+            out.append([location, _sha(_read_bytes(location))])
     except OSError:
         return None
     return out
@@ -180,7 +184,7 @@ def build_record(
     )
     for path, name in pairs:
         try:
-            data = Path(path).read_bytes()
+            data = _read_bytes(path)
         except OSError as exc:
             raise TrustError(f"{path} cannot be read ({exc.strerror or exc})") from None
         result = parse_manifest(data, source=name)
@@ -227,28 +231,30 @@ def first_format_pin(record: Mapping[str, Any]) -> str:
     return pin_of({**record, "format": _CANONICAL_FORMAT})
 
 
-def _record_path(state_dir: Path, pin: str) -> Path:
-    return trusted_dir(state_dir) / f"{pin.removeprefix('sha256:')}.json"
+def _record_path(state_dir: str | os.PathLike[str], pin: str) -> str:
+    return os.path.join(trusted_dir(state_dir), f"{pin.removeprefix('sha256:')}.json")
 
 
-def write_record(state_dir: Path, record: Mapping[str, Any]) -> str:
+def write_record(state_dir: str | os.PathLike[str], record: Mapping[str, Any]) -> str:
     """Keep the verified copy of `record`; returns its pin."""
     data = record_bytes(record)
     pin = "sha256:" + sha256_hex(data)
     path = _record_path(state_dir, pin)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
+    folder, name = os.path.split(path)
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
     return pin
 
 
-def read_record(state_dir: Path, pin: str) -> dict[str, Any] | None:
+def read_record(state_dir: str | os.PathLike[str], pin: str) -> dict[str, Any] | None:
     """The verified copy of the record pinned as `pin`, or None when there is none whose
     bytes hash to the pin (missing, damaged, replaced, or a first-format copy: all ignored
     alike)."""
     try:
-        raw = _record_path(state_dir, pin).read_bytes()
+        raw = _read_bytes(_record_path(state_dir, pin))
     except OSError:
         return None
     if "sha256:" + sha256_hex(raw) != pin:
@@ -265,11 +271,11 @@ def read_record(state_dir: Path, pin: str) -> dict[str, Any] | None:
     return data
 
 
-def older_record(state_dir: Path, pin: str) -> bool:
+def older_record(state_dir: str | os.PathLike[str], pin: str) -> bool:
     """Whether the copy kept for `pin` is a first-format record with that canonical digest
     (pinned by an earlier Charter), for saying so when it cannot be used."""
     try:
-        data = json.loads(_record_path(state_dir, pin).read_bytes())
+        data = json.loads(_read_bytes(_record_path(state_dir, pin)))
         return (
             isinstance(data, dict)
             and data.get("format") == _CANONICAL_FORMAT
@@ -279,13 +285,13 @@ def older_record(state_dir: Path, pin: str) -> bool:
         return False
 
 
-def anchor_marker(root: str, environ: Mapping[str, str]) -> Path | None:
+def anchor_marker(root: str, environ: Mapping[str, str]) -> str | None:
     """The marker saying that the project `root` had an anchored trail (outside it)."""
     home = environ.get("HOME") or os.path.expanduser("~")
     if not home or home == "~":
         return None
     key = sha256_hex(os.path.realpath(root).encode("utf-8", "surrogatepass"))
-    return Path(home) / ".charter" / "claude-code" / "anchors" / key[:32]
+    return os.path.join(home, ".charter", "claude-code", "anchors", key[:32])
 
 
 def has_anchor(gate: Any) -> bool:
@@ -307,8 +313,9 @@ def write_anchor(gate: Any, pin: str, root: str, environ: Mapping[str, str]) -> 
             raise TrustError("the audit store did not keep the trail anchor; check it")
     marker = anchor_marker(root, environ)
     if marker is not None:
-        marker.parent.mkdir(parents=True, exist_ok=True)
-        marker.write_text(os.path.realpath(root) + "\n", encoding="utf-8")
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        with open(marker, "w", encoding="utf-8") as f:
+            f.write(os.path.realpath(root) + "\n")
 
 
 def reset_heads(root: str) -> int:
@@ -320,16 +327,18 @@ def reset_heads(root: str) -> int:
     from charter_claude_code._handler import state_dir
     from charter_claude_code._state import SessionState, StateError
 
-    folder = state_dir(root) / "sessions"
+    folder = os.path.join(state_dir(root), "sessions")
     location = f"sqlite:///{root}/.charter/audit.db"
     changed = 0
-    if not folder.is_dir():
+    if not os.path.isdir(folder):
         return 0
     store = charter.open_store(location)
     try:
-        for path in sorted(folder.glob("*.json")):
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(".json") or name.startswith("."):
+                continue
             try:
-                state = SessionState.load(path, path.stem)
+                state = SessionState.load(os.path.join(folder, name), name[: -len(".json")])
             except StateError:
                 continue
             if not state.task_id:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from ._model import (
     PropSpec,
@@ -219,6 +218,9 @@ def _pick(args: Mapping[str, Any], names: tuple[str, ...]) -> str | list[str] | 
 
 
 def _host_of(url: str) -> str | None:
+    # urllib.parse imported here: it imports ipaddress, and only a step with a URL needs it.
+    from urllib.parse import urlsplit
+
     text = url.strip()
     try:
         parts = urlsplit(text)

@@ -14,7 +14,6 @@ import re
 from collections.abc import Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote, urlsplit
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
@@ -224,6 +223,8 @@ def _path_problem(raw: str, p: _PathWithin, project_root: str | None) -> str | N
         return "contains a backslash; only POSIX paths are understood"
     path = raw
     if path.startswith("file:"):
+        from urllib.parse import unquote, urlsplit  # only file: URLs need it
+
         path = unquote(urlsplit(path).path)
     if path == "~" or path.startswith("~/"):
         if p.home is None:
