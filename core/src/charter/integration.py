@@ -14,9 +14,6 @@ walks through a whole one.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING as _TYPE_CHECKING
-from typing import Any as _Any
-
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.sha256 import sha256_hex
 from charter._runtime.gate import (
@@ -52,7 +49,10 @@ from charter._runtime.steps import (
     user_inputs,
 )
 
+_TYPE_CHECKING = False
 if _TYPE_CHECKING:
+    from typing import Any as _Any
+
     from charter._runtime.models import (
         ModelCall,
         ModelClient,

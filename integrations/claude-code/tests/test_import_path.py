@@ -28,7 +28,8 @@ from pathlib import Path
 # and tokenize), orjson (whose start-up imports dataclasses, uuid and platform) loads after
 # a few hundred encodings, rfc8785 for a value only it encodes (a float in exponent form).
 # Paths are text handled with os.path: pathlib imports urllib.parse, which imports
-# ipaddress, and a URL is parsed only when a step or an audit location holds one.
+# ipaddress, and a URL is parsed only when a step or an audit location holds one. typing is
+# imported for the type checker only (`charter._model.structural` stands in at run time).
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "charter._audit.checkpoint",
@@ -64,6 +65,7 @@ NOT_ON_THE_HOOK_PATH = (
     "rfc8785",
     "secrets",
     "traceback",
+    "typing",
     "urllib.parse",
     "uuid",
     "yaml",

@@ -9,13 +9,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from charter._audit.chain import ChainHead, PreparedEntry, decode_ijson, prepare_entry
 from charter._model.errors import CharterError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Literal, Protocol, runtime_checkable
+
     from charter._audit.report import TaskSummary, VerifyReport
+
+    GapCause = Literal["queue_full", "refused", "closed"]
+else:
+    from charter._model.structural import Protocol, runtime_checkable
+
+    GapCause = str  # a type alias only (typing is not imported at run time)
 
 __all__ = [
     "GAP_CAUSES",
@@ -37,8 +45,6 @@ __all__ = [
 class StoreError(CharterError):
     """An audit store refused or failed an operation; nothing was written by the failing call."""
 
-
-GapCause = Literal["queue_full", "refused", "closed"]
 
 GAP_CAUSES: tuple[GapCause, ...] = ("queue_full", "refused", "closed")
 

@@ -12,13 +12,16 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from charter._model import fastjson
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.frozen import Frozen
 from charter._model.ijson import MAX_SAFE_INT, canonical_json, checked_copy
 from charter._model.sha256 import sha256_hex
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CHAIN_FIELDS",

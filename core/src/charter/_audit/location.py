@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal
 
 from charter._audit.base import AuditStore, StoreError
 from charter._audit.sqlite import SQLiteStore
 
 # The other stores and the checkpoint verifier are imported where they are used: a hook
 # process opens one SQLite store and never verifies, and its import time is the user's wait.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Literal
+
     from charter._audit.report import VerifyReport
     from charter._audit.signing import PublicKey
     from charter._audit.vouch import CheckpointSource
@@ -38,7 +40,10 @@ ACCEPTED_FORMS = (
     "sqlite:///path/audit.db, jsonl:///path/audit.jsonl, postgresql://user@host:port/db or "
     "stdout (a plain path ending in .db or .jsonl also works)"
 )
-StoreKind = Literal["sqlite", "jsonl", "postgresql", "stdout"]
+if TYPE_CHECKING:
+    StoreKind = Literal["sqlite", "jsonl", "postgresql", "stdout"]
+else:
+    StoreKind = str  # a type alias only (typing is not imported at run time)
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 POSTGRES_EXTRA = "charter[postgresql]"
 _SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")

@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
 
 from charter._audit.base import (
     StoreError,
@@ -50,7 +49,10 @@ from charter._audit.chain import (
 
 # Verification, checkpoints, the shared counters and the report classes load on first use: a
 # process that only restores a task and records a step (a hook call) needs none of them.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
     from charter._audit.sqlite_counters import SQLiteCounters
 

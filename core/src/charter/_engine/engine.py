@@ -11,7 +11,6 @@ import types
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
-from typing import Any, NamedTuple
 
 from charter._model.behavior import CLOSING_KINDS, ActionKind, Behavior
 from charter._model.capture import LOST_MARKS, is_lost
@@ -31,6 +30,12 @@ from charter._policy.policy import (
 from charter._policy.rules._fixed import fixed_by_identity
 from charter._policy.rules._indexes import CallIndex, SaidIndex
 from charter._policy.sets import PatternSet, pattern_sets
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from charter._model.structural import NamedTuple
 
 __all__ = [
     "Decision",

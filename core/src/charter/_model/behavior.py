@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
 
 from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier, check_step_name
 from charter._model.ijson import checked_copy
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CLOSING_KINDS",

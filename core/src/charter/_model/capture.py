@@ -7,9 +7,12 @@ import enum
 import math
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from charter._model.ijson import MAX_SAFE_INT
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["LOST_MARKS", "capture", "capture_noted", "is_lost"]
 

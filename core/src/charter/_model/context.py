@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
 
 from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     from charter._model.history import TaskHistory
 

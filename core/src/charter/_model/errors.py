@@ -5,7 +5,9 @@ Every refusal is a sentence a person can act on: it names what was wrong and how
 
 from __future__ import annotations
 
-from typing import Any
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "AgentBindingError",

@@ -9,9 +9,14 @@ from the same steps in the same order, it can never drift from the history.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, TypeVar
 
 from charter._model.behavior import Behavior
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol, TypeVar
+else:
+    from charter._model.structural import Protocol
 
 __all__ = ["HistoryIndex", "TaskHistory"]
 
@@ -28,14 +33,16 @@ class HistoryIndex(Protocol):
     def add(self, step: Behavior) -> None: ...
 
 
-IndexT = TypeVar("IndexT", bound=HistoryIndex)
+if TYPE_CHECKING:
+    IndexT = TypeVar("IndexT", bound=HistoryIndex)
 
 
 # A saved index state that misses more steps than this is dropped at the next export rather
 # than carrying the steps it misses (the index is then rebuilt from the steps when needed).
 MAX_CARRIED = 16
 
-Saved = tuple[str, Any, int]  # (the index's type name, its state, how many steps it covers)
+if TYPE_CHECKING:
+    Saved = tuple[str, Any, int]  # (the index's type name, its state, how many steps it covers)
 
 
 class TaskHistory:

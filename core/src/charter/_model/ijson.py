@@ -21,10 +21,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from charter._model import fastjson
 from charter._model.sha256 import sha256_hex
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["MAX_SAFE_INT", "canonical_digest", "canonical_json", "checked_copy"]
 

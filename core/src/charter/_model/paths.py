@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["FieldPath", "iter_strings", "parse_path"]
 

@@ -10,10 +10,14 @@ by `SharedDemand.key`): what the counter held before this step, not counting it.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
-
 from charter._model.behavior import Behavior
 from charter._model.ijson import canonical_digest
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import NamedTuple, Protocol
+else:
+    from charter._model.structural import NamedTuple, Protocol
 
 __all__ = ["SharedDemand", "SharedLimit", "counter_key"]
 

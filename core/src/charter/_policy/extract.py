@@ -29,9 +29,12 @@ from __future__ import annotations
 import functools
 import unicodedata
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from charter._policy.regex import compile_re2
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "KINDS",

@@ -9,7 +9,10 @@ RE2 can run), ``path`` (a dotted field path), ``glob``, ``timezone`` (an IANA zo
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["check_params"]
 
@@ -38,7 +41,8 @@ _NONE: frozenset[str] = frozenset()
 
 # Checks a nested ``format: condition`` value: its errors, each under the given dotted key
 # (whether there are any must not depend on that key).
-ConditionChecker = Callable[[Any, str], list[str]]
+if TYPE_CHECKING:
+    ConditionChecker = Callable[[Any, str], list[str]]
 
 
 def check_params(

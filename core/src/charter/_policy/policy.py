@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any
 
 from charter._model.frozen import Frozen
 from charter._model.ijson import checked_copy
@@ -12,6 +11,10 @@ from charter._policy import rules as _builtin_rules  # noqa: F401  (the built-in
 from charter._policy.params import check_params
 from charter._policy.registry import RuleSpec, check_condition, get_rule
 from charter._policy.selector import SELECTOR_SCHEMA, Selector
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["EnforcementPoint", "Policy", "PolicyProblem", "Severity"]
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["compile_re2", "fullmatch_function"]
 

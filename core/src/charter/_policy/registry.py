@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
 
 from charter._model.frozen import Frozen
 from charter._policy.params import check_params
@@ -21,8 +20,12 @@ __all__ = ["RuleSpec", "Violation", "check_condition", "get_rule", "registered_r
 
 ENFORCEMENT_POINTS = ("step_execution", "agent_registration")
 
-RuleFn = Callable[[Any, Any, Any], Any]
-F = TypeVar("F", bound=RuleFn)
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
+    RuleFn = Callable[[Any, Any, Any], Any]
+    F = TypeVar("F", bound=RuleFn)
 
 
 class Violation:

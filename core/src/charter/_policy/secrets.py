@@ -43,7 +43,10 @@ from __future__ import annotations
 import binascii
 import functools
 from collections.abc import Collection, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "SECRET_SHAPES",

@@ -5,9 +5,12 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Mapping
-from typing import Any
 
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Verb
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["SELECTOR_SCHEMA", "Selector"]
 

@@ -10,10 +10,13 @@ reports is judged by its own rule, so its violation and details are exactly the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from charter._model.paths import FieldPath, iter_strings
 from charter._policy.rules.basic import _Matches, field_matches
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PatternSet", "pattern_sets"]
 

@@ -40,9 +40,12 @@ from __future__ import annotations
 import functools
 import posixpath
 from collections.abc import Iterator
-from typing import Any
 
 from charter._model.frozen import Frozen
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CREDENTIAL_PATHS",

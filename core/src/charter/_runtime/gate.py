@@ -26,7 +26,6 @@ import os
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Literal
 
 from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult, PolicyResult
@@ -42,7 +41,10 @@ from charter._runtime.runner import Runner
 from charter._runtime.settings import Settings
 from charter._runtime.steps import Step, message_step, tool_step
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Literal
+
     # The approval machinery loads with the first step a policy wants approved.
     from charter._runtime.approval import ApprovalRequest
 

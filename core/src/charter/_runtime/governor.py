@@ -17,7 +17,6 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Generator, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
 
 from charter._engine.engine import Decision, EvalResult
 from charter._model.behavior import ActionKind, Behavior, Outcome, Verb
@@ -33,7 +32,10 @@ from charter._runtime.runner import Runner, derive
 from charter._runtime.settings import Settings, load_grant
 from charter._runtime.writer import ExporterLike
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, TypeVar
+
     # The grant model is loaded by the code that handles a grant, the approval machinery by
     # a step a policy wants approved: a governor whose tasks need neither never loads them.
     from charter._policy.capabilities import Grant, GrantLayer
@@ -43,7 +45,8 @@ if TYPE_CHECKING:
 __all__ = ["Governor", "StepHandle", "TaskHandle"]
 
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    T = TypeVar("T")
 
 _ERROR_TEXT_MAX = 4000
 _WARN_SEVERITIES = frozenset({Severity.HIGH, Severity.MEDIUM, Severity.LOW})
@@ -139,7 +142,8 @@ class _Gate(Frozen):
         object.__setattr__(self, "seq", seq)
 
 
-_Flow = Generator[_Call | _Ask, Any, EvalResult]
+if TYPE_CHECKING:
+    _Flow = Generator[_Call | _Ask, Any, EvalResult]
 
 
 class StepHandle:

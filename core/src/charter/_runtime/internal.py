@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 import threading
 from collections import deque
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
     import logging
 

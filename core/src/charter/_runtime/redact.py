@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
 
 from charter._model.ijson import canonical_digest
 from charter._model.sha256 import sha256_hex
@@ -44,6 +43,10 @@ from charter._policy.secrets import (
     names_secret,
 )
 from charter._runtime.internal import report_internal_error
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PAYLOAD_MODES", "Redactor"]
 

@@ -29,7 +29,6 @@ import time
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, cast
 
 from charter._audit.base import INTENT_KEY, AuditStore
 from charter._engine.engine import (
@@ -61,7 +60,10 @@ from charter._runtime.writer import AuditWriter, ExporterLike, StepObserver
 
 # Signed checkpoints and shared counters load when a setting asks for them: a process that
 # uses neither (a hook call) never pays for the signing and counter code.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from charter._audit.counters import CounterStore
     from charter._runtime.checkpoints import Checkpointer
 
@@ -119,9 +121,11 @@ class Runner:
             self._owned = (OtlpExporter.from_settings(settings),)
             exporters += self._owned
         self._exporters = exporters
-        self._observers = tuple(
-            cast(StepObserver, e) for e in exporters if isinstance(e, StepObserver)
-        )
+        observers: list[StepObserver] = []
+        for e in exporters:
+            if isinstance(e, StepObserver):
+                observers.append(e)
+        self._observers = tuple(observers)
         self._checkpointer = _checkpointer(settings, exporters)
         self._writer = AuditWriter(
             settings.audit_location,

@@ -12,14 +12,16 @@ import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
 
 from charter._audit.url import display_location
 from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
 from charter._policy.policy import Policy
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     # Loaded by the functions that need them: settings without a grant never do.
     from charter._policy.capabilities import Grant
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
 
 from charter._audit.base import AuditStore
 from charter._model.behavior import Behavior
@@ -30,7 +29,10 @@ from charter._runtime.internal import report_internal_error
 
 # The counters load with the first shared limit: most processes (a hook call among them)
 # never reserve one.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
+
     from charter._audit.counters import CounterStore, Reservation
 
 __all__ = ["SHARED_KEY", "Demands", "SharedCounts", "SharedLimits", "shared_counts"]

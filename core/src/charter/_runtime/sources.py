@@ -15,13 +15,16 @@ import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
 from charter._engine.engine import PolicyEngine
 from charter._model.errors import PolicyLoadError
 from charter._policy.policy import Policy, compile_policies
 from charter._runtime.internal import charter_logger, report_internal_error
 from charter._runtime.settings import Settings
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PolicySources"]
 

@@ -31,13 +31,16 @@ Builders are pure: no I/O, no policy, no clock.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
 from charter._model.capture import capture, capture_noted
 from charter._model.frozen import Frozen
 from charter._model.trust import parse_output_path, parse_trust
 from charter._policy.shell import is_credential_path, shell_view
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "ROLES",

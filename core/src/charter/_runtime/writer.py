@@ -31,7 +31,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, runtime_checkable
 
 from charter._audit.base import GAP_KEY, AuditStore, StoreError
 from charter._audit.chain import prepare_entry
@@ -41,10 +40,15 @@ from charter._runtime.internal import report_internal_error
 
 # Checkpoints (and the signing code under them) load only when a signing key is set, the
 # Gap class when someone asks for the gaps held.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, Protocol, TypeAlias, runtime_checkable
+
     from charter._audit.checkpoint import CheckpointExporter
     from charter._audit.report import Gap
     from charter._runtime.checkpoints import Checkpointer
+else:
+    from charter._model.structural import Protocol, runtime_checkable
 
 __all__ = ["AuditWriter", "Exporter", "StepObserver", "is_high_value"]
 

@@ -36,7 +36,6 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from typing import Any
 
 from charter.integration import Answer, Blocked, Gate, Pending, Step, sha256_hex
 
@@ -52,6 +51,10 @@ from charter_claude_code._answers import (
 from charter_claude_code._policies import ConfigError, PolicySource, policy_source
 from charter_claude_code._protect import POLICY_NAME
 from charter_claude_code._state import LockTimeout, SessionLock, SessionState, StateError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["FRAMEWORK", "HookConfig", "handle_event", "open_gate", "project_root", "state_dir"]
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
 
 from charter.integration import sha256_hex
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["PROMPT_STEP", "code_stamp", "refine", "resolve_path", "template_set"]
 

@@ -9,7 +9,10 @@ and the hook cannot check would be a way around the policies.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["ConfigError", "PolicySource", "baseline_file", "baseline_policies", "policy_source"]
 

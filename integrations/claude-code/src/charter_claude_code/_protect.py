@@ -27,7 +27,10 @@ import fnmatch
 import glob
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["POLICY", "POLICY_NAME", "Protected", "protected_for", "touched"]
 

@@ -20,9 +20,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any
 
 from charter.integration import sha256_hex
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["LockTimeout", "SessionLock", "SessionState", "StateError", "session_key"]
 

@@ -8,7 +8,6 @@ interprets the templates in ``charter_templates/data``; see the package README f
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ._load import (
     builtin_sources,
@@ -19,6 +18,10 @@ from ._load import (
 )
 from ._model import EFFECT_CLASSES, Resolution, TemplateError
 from ._resolve import TemplateSet
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "EFFECT_CLASSES",

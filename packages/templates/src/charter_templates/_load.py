@@ -9,7 +9,6 @@ import functools
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from ._model import (
     EFFECT_CLASSES,
@@ -31,7 +30,10 @@ from ._model import (
 from ._resolve import GENERIC, TemplateSet
 from ._words import split_words
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
     import yaml
 
 _FILE_KEYS = (

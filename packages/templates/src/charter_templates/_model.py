@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, TypeAlias
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar, TypeAlias
 
 KINDS: tuple[str, ...] = (
     "task.start",

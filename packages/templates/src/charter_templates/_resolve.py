@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ._model import (
     PropSpec,
@@ -14,6 +13,10 @@ from ._model import (
     default_effect,
 )
 from ._words import contains_any, find, split_words
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 GENERIC = "generic"
 

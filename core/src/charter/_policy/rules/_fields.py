@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from charter._model.paths import FieldPath, parse_path
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 FIELD_SCHEMA: dict[str, Any] = {
     "type": "string",

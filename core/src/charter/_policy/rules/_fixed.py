@@ -9,10 +9,12 @@ on every step), and only with params that read nothing else.
 
 from __future__ import annotations
 
-from typing import Any
-
 from charter._model.paths import FieldPath
 from charter._policy.rules import basic, compound
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["IDENTITY_FIELDS", "fixed_by_identity"]
 

@@ -20,7 +20,6 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._model.ijson import canonical_digest
@@ -40,6 +39,10 @@ from charter._policy.extract import (
 from charter._policy.grant_keys import GRANT_META, GRANT_STEP
 from charter._policy.regex import compile_re2
 from charter._policy.selector import Selector
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CallIndex",

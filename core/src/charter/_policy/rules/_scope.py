@@ -9,12 +9,14 @@ them and hands the rule the count it read (see `charter._model.shared`).
 
 from __future__ import annotations
 
-from typing import Any
-
 from charter._model.behavior import Behavior
 from charter._model.paths import FieldPath, parse_path
 from charter._model.shared import SharedDemand, counter_key
 from charter._policy.registry import Violation
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["SCOPE_SCHEMA", "Scope", "parse_scope"]
 

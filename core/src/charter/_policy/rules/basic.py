@@ -6,7 +6,6 @@ import fnmatch
 import operator
 import re
 from collections.abc import Callable
-from typing import Any
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
@@ -15,6 +14,10 @@ from charter._model.paths import FieldPath, iter_strings
 from charter._policy.regex import compile_re2, search_function
 from charter._policy.registry import Violation, rule
 from charter._policy.rules._fields import FIELD_SCHEMA, field_of, if_missing_schema
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 Verdict = bool | Violation
 

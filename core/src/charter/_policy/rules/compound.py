@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from charter._policy.registry import RuleSpec, Violation, get_rule, rule
 
-Prepared = tuple[RuleSpec, Any]
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+if TYPE_CHECKING:
+    Prepared = tuple[RuleSpec, Any]
 
 _CONDITION: dict[str, Any] = {
     "type": "object",

@@ -13,7 +13,6 @@ import posixpath
 import re
 from collections.abc import Iterator
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
@@ -22,7 +21,9 @@ from charter._model.paths import FieldPath, parse_path
 from charter._policy.registry import Violation, rule
 from charter._policy.secrets import contains_secret, find_secrets, shape_names
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from zoneinfo import ZoneInfo
 
 __all__ = ["no_secrets", "path_within_root", "time_window"]

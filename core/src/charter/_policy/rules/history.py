@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
 from charter._model.context import RuleContext
@@ -57,6 +56,10 @@ from charter._policy.rules._indexes import (
 )
 from charter._policy.rules._scope import SCOPE_SCHEMA, Scope, parse_scope
 from charter._policy.selector import SELECTOR_SCHEMA, Selector
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "budget",

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator
-from typing import Any
 
 from charter._model.behavior import Behavior
 from charter._model.context import RuleContext
@@ -20,6 +19,10 @@ from charter._model.paths import FieldPath, parse_path
 from charter._policy.regex import compile_re2, search_function
 from charter._policy.registry import Violation, rule
 from charter._policy.shell import FLAGS, Analysis, ShellCommand, analyse
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["shell_command"]
 
