@@ -29,9 +29,11 @@ from pathlib import Path
 # a few hundred encodings, rfc8785 for a value only it encodes (a float in exponent form).
 # Paths are text handled with os.path: pathlib imports urllib.parse, which imports
 # ipaddress, and a URL is parsed only when a step or an audit location holds one. typing is
-# imported for the type checker only (`charter._model.structural` stands in at run time).
+# imported for the type checker only (`charter._model.structural` stands in at run time);
+# base64 runs are decoded by binascii, glob expands a word only when it has a wildcard.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
+    "base64",
     "charter._audit.checkpoint",
     "charter._audit.counters",
     "charter._audit.jsonl",
@@ -53,6 +55,7 @@ NOT_ON_THE_HOOK_PATH = (
     "dataclasses",
     "decimal",
     "difflib",
+    "glob",
     "hashlib",
     "hmac",
     "inspect",
@@ -64,6 +67,7 @@ NOT_ON_THE_HOOK_PATH = (
     "random",
     "rfc8785",
     "secrets",
+    "string",
     "traceback",
     "typing",
     "urllib.parse",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import string
 import threading
 import unicodedata
 
@@ -31,7 +30,9 @@ __all__ = [
 
 # Plain string scans, not regular expressions: ids and names come from the agent and its
 # framework, and these run on every step.
-_ID_ALLOWED = str.maketrans("", "", string.ascii_letters + string.digits + "._:-")
+_ID_ALLOWED = str.maketrans(
+    "", "", "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-"
+)
 _CONTROL_TO_SPACE = {c: " " for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 

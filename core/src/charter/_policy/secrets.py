@@ -884,10 +884,9 @@ def _decoded_base64(run: str) -> str:
     body = run.rstrip("=").replace("-", "+").replace("_", "/")
     if len(body) % 4 == 1:
         body = body[:-1]
-    import base64  # loads with the first base64 run: most texts have none
-
     try:
-        raw = base64.b64decode(body + "=" * (-len(body) % 4))
+        # base64.b64decode's own decoder (non-strict), without importing base64 (and re).
+        raw = binascii.a2b_base64(body + "=" * (-len(body) % 4))
     except (binascii.Error, ValueError):
         return ""
     # Latin-1 keeps every byte: a token inside binary data is still found.
@@ -919,9 +918,7 @@ def _base64_blob(text: str) -> str:
     ]
     if not runs:
         return ""
-    import base64
-
-    return base64.b64decode(_RUN_JOIN.join(runs)).decode("latin-1")
+    return binascii.a2b_base64(_RUN_JOIN.join(runs)).decode("latin-1")
 
 
 def _may_hide(text: str, scanner: _Scanner) -> tuple[bool, bool]:

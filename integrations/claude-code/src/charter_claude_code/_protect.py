@@ -24,7 +24,6 @@ anchor (see `_trust`) catch what such a command could change.
 from __future__ import annotations
 
 import fnmatch
-import glob
 import os
 from collections.abc import Iterable, Mapping, Sequence
 
@@ -255,6 +254,8 @@ def _hits(
         full = path if os.path.isabs(path) else os.path.join(base, path)
         options = [full]
         if any(c in path for c in "*?["):
+            import glob  # only a word with a wildcard needs it
+
             options += glob.glob(full, recursive=False)[:_GLOB_LIMIT]
             options += glob.glob(full, include_hidden=True)[:_GLOB_LIMIT]
         for option in options:
