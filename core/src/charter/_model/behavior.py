@@ -63,7 +63,8 @@ class Outcome(StrEnum):
     ABANDONED = "abandoned"
 
 
-_OUTCOMES = frozenset(o.value for o in Outcome)
+# Read by value on every recorded step: calling the enum class costs several dict lookups.
+_OUTCOME_BY_VALUE = {o.value: o for o in Outcome}
 TASK_BOUNDARY_KINDS = frozenset(
     {ActionKind.TASK_START, ActionKind.TASK_END, ActionKind.TASK_ERROR, ActionKind.TASK_IDLE}
 )
@@ -290,7 +291,8 @@ class Behavior(Frozen):
     def outcome(self) -> Outcome:
         """How the step ended: ``meta["charter.outcome"]``, else `ok`."""
         value = self.meta.get("charter.outcome")
-        return Outcome(value) if isinstance(value, str) and value in _OUTCOMES else Outcome.OK
+        found = _OUTCOME_BY_VALUE.get(value) if isinstance(value, str) else None
+        return Outcome.OK if found is None else found
 
     def completed(
         self, output: dict[str, Any] | None, *, outcome: Outcome | str = Outcome.OK

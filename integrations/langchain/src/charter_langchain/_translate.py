@@ -66,7 +66,9 @@ def message_json(message: Any) -> Any:
 
 def request_params(params: Mapping[str, Any] | None) -> dict[str, Any]:
     """The request parameters at ``properties.model.params``."""
-    return {k: params[k] for k in _PARAM_KEYS if params and params.get(k) is not None}
+    if not params:  # most calls set none: no need to ask for each key
+        return {}
+    return {k: params[k] for k in _PARAM_KEYS if params.get(k) is not None}
 
 
 def model_step(

@@ -41,8 +41,9 @@ class TemplateSet:
         self._templates = dict(templates)
         self._vocabulary = vocabulary
         # Which word rule a name matches depends on the name alone, never on the arguments,
-        # and matching every rule's words is the costly part of a resolve: remember it.
-        self._decisions: dict[tuple[str, str], tuple[Rule, str | None] | None] = {}
+        # and matching every rule's words is the costly part of a resolve: remember it, with
+        # the property spec the rule gives (the template's merged with the rule's).
+        self._decisions: dict[tuple[str, str], tuple[Rule, str | None, PropSpec] | None] = {}
 
     @property
     def integrations(self) -> tuple[str, ...]:
@@ -76,7 +77,6 @@ class TemplateSet:
     def _resolve(
         self, template: Template, name: str, args: Mapping[str, Any], depth: int
     ) -> Resolution:
-        tokens = split_words(name)
         current: Template | None = template
         last = template
         visited: set[str] = set()
@@ -104,27 +104,27 @@ class TemplateSet:
                     _put(props, "tool.name", name)
                     _put(props, "tool.effect", found.effect)
                     return Resolution(found.kind, found.verb, props, found.effect)
-            decision = self._rule_for(current, name, tokens)
+            decision = self._rule_for(current, name)
             if decision is not None:
-                rule, verb = decision
-                spec = current.props.merged(rule.props)
+                rule, verb, spec = decision
                 return _build(spec, rule.kind, verb, rule.effect, name, args)
             current = self._templates.get(current.extends) if current.extends else None
         return _build(last.props, "step.unknown", None, None, name, args)
 
-    def _rule_for(
-        self, template: Template, name: str, tokens: tuple[str, ...]
-    ) -> tuple[Rule, str | None] | None:
+    def _rule_for(self, template: Template, name: str) -> tuple[Rule, str | None, PropSpec] | None:
+        """(the first word rule of `template` that `name` matches, its verb, the property
+        spec it resolves with), or None."""
         key = (template.integration, name)
         try:
             return self._decisions[key]
         except KeyError:
             pass
-        found: tuple[Rule, str | None] | None = None
+        tokens = split_words(name)
+        found: tuple[Rule, str | None, PropSpec] | None = None
         for rule in template.rules:
             matched, verb = _match(rule, tokens, self._vocabulary)
             if matched:
-                found = (rule, verb)
+                found = (rule, verb, template.props.merged(rule.props))
                 break
         if len(self._decisions) >= _MAX_REMEMBERED:
             self._decisions.clear()
