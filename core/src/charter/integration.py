@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.sha256 import sha256_hex
+from charter._runtime.atomic import write_atomically
 from charter._runtime.gate import (
     CLAIM_KEY,
     Allowed,
@@ -139,4 +140,5 @@ __all__ = [
     "usage",
     "user_contents",
     "user_inputs",
+    "write_atomically",
 ]

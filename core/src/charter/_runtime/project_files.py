@@ -102,16 +102,11 @@ def ensure_secret(path: str | os.PathLike[str]) -> str:
     if found is not None:
         return found
     target = os.fspath(path)
-    folder, name = os.path.split(target)
-    private_dir(folder)
+    private_dir(os.path.dirname(target))
+    from charter._runtime.atomic import write_atomically  # a served hook call only reads
+
     secret = os.urandom(_SECRET_BYTES).hex()
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, secret.encode("ascii"))
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
+    write_atomically(target, secret.encode("ascii"), mode=0o600)
     return secret
 
 

@@ -24,6 +24,7 @@ import json
 import os
 
 from charter._model.sha256 import compare_digest, hmac_sha256_hex, sha256_hex
+from charter._runtime.atomic import write_atomically
 from charter._runtime.project_files import ensure_secret, private_dir, read_secret, serve_dir
 
 TYPE_CHECKING = False
@@ -118,21 +119,12 @@ class HistorySnapshots:
             return False
         if len(body) > _MAX_BYTES:
             return False
-        target = self.path(agent_id, task_id)
-        tmp = f"{target}.{os.getpid()}.tmp"
+        signed = self._sign(body).encode("ascii") + b"\n" + body
         try:
             private_dir(self.folder)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, self._sign(body).encode("ascii") + b"\n" + body)
-            finally:
-                os.close(fd)
-            os.replace(tmp, target)
+            write_atomically(self.path(agent_id, task_id), signed, mode=0o600)
         except OSError:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+            pass
             return False
         return True
 

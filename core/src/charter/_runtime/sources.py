@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from charter._engine.engine import PolicyEngine
 from charter._model.errors import PolicyLoadError
 from charter._policy.policy import Policy, compile_policies
+from charter._runtime.atomic import write_atomically
 from charter._runtime.internal import charter_logger, report_internal_error
 from charter._runtime.settings import Settings
 
@@ -207,13 +208,8 @@ class PolicySources:
                 "monitor": self.manifests_monitor,
                 "policies": [p.to_dict() for p in self._engine.policies],
             }
-            folder, name = os.path.split(self._cache)
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-            tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(json.dumps(payload, indent=1, sort_keys=True))
-            os.replace(tmp, self._cache)
+            text = json.dumps(payload, indent=1, sort_keys=True)
+            write_atomically(self._cache, text.encode("utf-8"))
         except Exception as exc:  # the cache only helps later starts; it must not stop this one
             report_internal_error(exc, "policy cache write")
 

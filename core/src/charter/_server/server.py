@@ -33,6 +33,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from charter._runtime.atomic import write_atomically
 from charter._runtime.project_files import ensure_secret, serve_dir, socket_address
 from charter._server.protocol import (
     MAX_LINE,
@@ -196,10 +197,7 @@ class Server:
         }
         if self.http_address is not None:
             info["http"] = f"http://{self.http_address[0]}:{self.http_address[1]}"
-        path = self.folder / "server.json"
-        tmp = path.with_name(f".server.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(info), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomically(self.folder / "server.json", json.dumps(info).encode("utf-8"))
 
     def info(self) -> dict[str, Any]:
         """What ``server.json`` says about the running server ({} when nothing)."""

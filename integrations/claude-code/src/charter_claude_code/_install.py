@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from charter.integration import write_atomically
+
 from charter_claude_code._answers import BLOCKABLE_EVENTS, HOOK_EVENTS
 
 __all__ = [
@@ -209,10 +211,7 @@ def _dump(data: dict[str, Any], style: tuple[int | str, bool]) -> bytes:
 
 
 def _write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    write_atomically(path, data)
 
 
 def charter_hooks(data: dict[str, Any]) -> dict[str, list[tuple[dict[str, Any], dict[str, Any]]]]:

@@ -21,7 +21,7 @@ import json
 import os
 import time
 
-from charter.integration import sha256_hex
+from charter.integration import sha256_hex, write_atomically
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -239,12 +239,7 @@ class SessionState:
         text = self.to_json()
         if text == self._loaded:
             return
-        folder, name = os.path.split(self.path)
-        os.makedirs(folder, exist_ok=True)
-        tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, self.path)
+        write_atomically(self.path, text.encode("utf-8"))
         self._loaded = text
 
 

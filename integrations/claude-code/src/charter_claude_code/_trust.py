@@ -45,7 +45,7 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 
-from charter.integration import sha256_hex
+from charter.integration import sha256_hex, write_atomically
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -243,12 +243,7 @@ def write_record(state_dir: str | os.PathLike[str], record: Mapping[str, Any]) -
     data = record_bytes(record)
     pin = "sha256:" + sha256_hex(data)
     path = _record_path(state_dir, pin)
-    folder, name = os.path.split(path)
-    os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_atomically(path, data)
     return pin
 
 
