@@ -697,6 +697,26 @@ def test_a_long_lived_process_compiles_the_scanner_after_a_few_dozen_texts() -> 
     assert out.stdout.split() == ["False", "True"]
 
 
+def test_a_process_scanning_long_texts_compiles_the_scanner_after_a_few() -> None:
+    # An audit writer asks one joined text per batch: few calls, many characters each. The
+    # pre-filter reads several times slower than the compiled scanner, so the budget counts
+    # characters too.
+    import subprocess
+    import sys
+
+    script = (
+        "from charter._policy import secrets as s\n"
+        "batch = '\\n'.join(f'ls -la src/module_{i}.py' for i in range(2000))\n"
+        "seen = []\n"
+        "for i in range(8):\n"
+        "    assert not s.contains_secret(batch)\n"
+        "    seen.append(s._all_shapes_scanner().compiled)\n"
+        "print(len(batch) > 40_000, seen[0], seen[-1])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False", "True"]
+
+
 _ASCII_TEXT = st.lists(
     st.one_of(
         _PIECES,
