@@ -10,11 +10,15 @@
    (`Runner.record` of completed steps, then `flush`), and the writer alone (wire records
    built beforehand, submitted to the queue, then redacted, chained and committed in batches
    by the writer thread until `flush` returns).
+4. The floor under the writer, in the same run: the rows the writer stored (same bodies, same
+   schema, same pragmas: WAL, synchronous=NORMAL) inserted again into a fresh SQLite file in
+   transactions of 500 records, each also upserting its chain heads, by plain `sqlite3`.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -137,6 +141,32 @@ def writer_throughput(location: str, n: int, tasks: int = 10) -> tuple[float, fl
     return delivered / elapsed, delivered / used
 
 
+def sqlite_alone(stored: str, fresh: str) -> tuple[float, float]:
+    """Records/s of SQLite by itself: the rows of the store at `stored` inserted again,
+    500 per transaction with their chains' heads, into a fresh store at `fresh`."""
+    from charter._audit.sqlite import _INSERT_STEP, _UPSERT_HEAD, SQLiteStore
+
+    SQLiteStore(fresh, synchronous="normal").close()  # the same schema and pragmas
+    with sqlite3.connect(stored) as source:
+        rows = source.execute(
+            "SELECT agent_id, task_id, seq, hash, prev_hash, kind, timestamp, body FROM steps "
+            "WHERE seq > 1 ORDER BY id"
+        ).fetchall()
+    conn = sqlite3.connect(fresh, isolation_level=None)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    t0, c0 = time.perf_counter(), time.process_time()
+    for start in range(0, len(rows), 500):
+        batch = rows[start : start + 500]
+        heads = {(r[0], r[1]): (r[0], r[1], r[2], r[3], 0) for r in batch}
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany(_INSERT_STEP, batch)
+        conn.executemany(_UPSERT_HEAD, list(heads.values()))
+        conn.execute("COMMIT")
+    elapsed, used = time.perf_counter() - t0, time.process_time() - c0
+    conn.close()
+    return len(rows) / elapsed, len(rows) / used
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         loc: Callable[[str], str] = lambda name: f"sqlite:///{Path(tmp) / name}"  # noqa: E731
@@ -155,6 +185,10 @@ def main() -> None:
         for name, (wall, per_cpu) in (
             ("Runner.record -> SQLite (end to end)", record_throughput(loc("c.db"), 50_000)),
             ("audit writer batches -> SQLite", writer_throughput(loc("d.db"), 100_000)),
+            (
+                "SQLite alone, the writer's rows (floor)",
+                sqlite_alone(str(Path(tmp) / "d.db"), str(Path(tmp) / "e.db")),
+            ),
         ):
             print(f"{name:<46} {wall:>9,.0f} {per_cpu:>11,.0f}")
         print("(p50 cpu: CPU time of the agent's thread per step; per cpu-s: steps per second")
