@@ -149,3 +149,11 @@ def test_a_long_token_keeps_the_values_around_it(token: str) -> None:
     assert "bob@example.com" in found["emails"]
     assert "host.example" in found["hosts"]
     assert "+49301234567" in found["phones"]
+
+
+def test_value_provenance_offers_exactly_the_kinds_extract_finds() -> None:
+    from charter import get_rule
+    from charter._policy.extract import KINDS
+
+    fields = get_rule("value_provenance").params_schema["properties"]["fields"]
+    assert fields["items"]["properties"]["extract"]["items"]["enum"] == list(KINDS)

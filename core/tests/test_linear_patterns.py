@@ -55,7 +55,7 @@ def test_only_listed_modules_use_backtracking_regular_expressions() -> None:
 
 @pytest.mark.parametrize("token", ["a" * 100_000, "a@" * 50_000, "<a@" * 30_000])
 def test_provenance_extraction_of_a_long_token_keeps_its_candidates(token: str) -> None:
-    from charter._policy.rules._indexes import trusted_candidates
+    from charter._policy.rules._provenance import trusted_candidates
 
     text = f"mail bob@example.com via https://host.example/x then {token}"
     found = trusted_candidates([text])

@@ -13,7 +13,7 @@ from charter._model.context import EvalContext, RuleContext
 from charter._model.trust import Trust, trust_level
 from charter._policy import rules as _builtin_rules  # noqa: F401  (the built-ins' loader)
 from charter._policy.registry import RuleSpec, Violation, get_rule, registered_rules, rule
-from charter._policy.rules.history import value_trust
+from charter._policy.rules._provenance import value_trust
 
 __all__ = [
     "Behavior",

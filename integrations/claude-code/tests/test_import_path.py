@@ -15,25 +15,31 @@ import subprocess
 import sys
 from pathlib import Path
 
-# Loaded on demand only: checkpoints and signing need a signing key, verification a
-# `verify` call, counters a shared limit, logging a message, the model-client lifecycle a
-# model call, difflib a misspelled template key, the report classes a listing, a `verify`
-# or the writer's gaps; a pinned hook reads no manifest and parses no YAML. A rule module
-# loads when a policy names one of its rules (the example set names none of the
-# capabilities or registration rules), the grant model when a task has a grant, the
-# approval machinery when a policy asks for an approval (none of these calls does), the
-# record of a swallowed error when there is one; hashlib and hmac (which load OpenSSL) an
-# input of over 64 KiB to hash. Charter's value classes are not dataclasses (creating one
-# compiles its methods at import; `dataclasses` imports `inspect`, which imports ast, dis
-# and tokenize), orjson (whose start-up imports dataclasses, uuid and platform) loads after
-# a few hundred encodings, rfc8785 for a value only it encodes (a float in exponent form).
-# Paths are text handled with os.path: pathlib imports urllib.parse, which imports
-# ipaddress, and a URL is parsed only when a step or an audit location holds one. typing is
-# imported for the type checker only (`charter._model.structural` stands in at run time);
-# base64 runs are decoded by binascii, glob expands a word only when it has a wildcard.
+# Loaded on demand only: checkpoints and signing need a signing key, verification a `verify` call,
+# counters (and the runner's reservations, and the demand model) a shared limit, logging a message,
+# the model-client lifecycle a model call, difflib a misspelled template key, the report classes a
+# listing, a `verify` or the writer's gaps; a pinned hook reads no manifest and parses no YAML. A
+# rule module loads when a policy names one of its rules (the example set names none of the
+# capabilities, quota or registration rules), the provenance index and value extraction when
+# value_provenance judges a step (the example set asks it of WebFetch only), the grant model when a
+# task has a grant, the approval machinery when a policy asks for an approval (none of these calls
+# does), the record of a swallowed error when there is one; hashlib and hmac (which load OpenSSL) an
+# input of over 64 KiB to hash. Charter's value classes are not dataclasses (creating one compiles
+# its methods at import; `dataclasses` imports `inspect`, which imports ast, dis and tokenize),
+# orjson (whose start-up imports dataclasses, uuid and platform) loads after a few hundred
+# encodings, rfc8785 for a value only it encodes (a float in exponent form). Paths are text handled
+# with os.path: pathlib imports urllib.parse, which imports ipaddress, and a URL is parsed only when
+# a step or an audit location holds one. typing is imported for the type checker only
+# (`charter._model.structural` stands in at run time); base64 runs are decoded by binascii, glob
+# expands a word only when it has a wildcard. importlib (and the warnings module it imports) loads
+# for neither a rule module nor the spec of a protected package; warnings for a policy that warns,
+# charter._audit.url the description of a network store's location. The runners alive at exit are a
+# WeakSet, which threading loads without weakref. unicodedata normalises a step name that is not
+# ASCII, bisect serves rate limits and approvals within a window.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "base64",
+    "bisect",
     "charter._audit.checkpoint",
     "charter._audit.counters",
     "charter._audit.jsonl",
@@ -41,16 +47,22 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._audit.signing",
     "charter._audit.sqlite_counters",
     "charter._audit.stdout",
+    "charter._audit.url",
     "charter._audit.verify",
+    "charter._model.shared",
     "charter._policy.capabilities",
+    "charter._policy.extract",
     "charter._policy.manifest",
+    "charter._policy.rules._provenance",
     "charter._policy.rules.capabilities",
+    "charter._policy.rules.quotas",
     "charter._policy.rules.registration",
     "charter._runtime.approval",
     "charter._runtime.checkpoints",
     "charter._runtime.internal_error",
     "charter._runtime.models",
     "charter._runtime.otlp",
+    "charter._runtime.shared",
     "charter._server",
     "dataclasses",
     "decimal",
@@ -58,6 +70,7 @@ NOT_ON_THE_HOOK_PATH = (
     "glob",
     "hashlib",
     "hmac",
+    "importlib",
     "inspect",
     "ipaddress",
     "logging",
@@ -70,8 +83,11 @@ NOT_ON_THE_HOOK_PATH = (
     "string",
     "traceback",
     "typing",
+    "unicodedata",
     "urllib.parse",
     "uuid",
+    "warnings",
+    "weakref",
     "yaml",
 )
 

@@ -29,6 +29,7 @@ __all__ = [
     "GAP_CAUSES",
     "GAP_KEY",
     "INTENT_KEY",
+    "SHARED_KEY",
     "AuditStore",
     "GapCause",
     "StoreError",
@@ -55,6 +56,9 @@ GAP_KEY = "charter.gap"
 #: allowed step's intent is committed before the step runs; its outcome follows at a later
 #: seq with the same action_id.
 INTENT_KEY = "charter.intent"
+
+#: Where a step's record keeps the counts read outside its task (see `charter._runtime.shared`).
+SHARED_KEY = "charter.shared"
 
 
 def is_intent_record(record: Mapping[str, Any]) -> bool:

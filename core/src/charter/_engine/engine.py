@@ -19,7 +19,6 @@ from charter._model.errors import AgentBindingError, PolicyLoadError, TaskClosed
 from charter._model.frozen import Frozen
 from charter._model.history import TaskHistory
 from charter._model.paths import FieldPath
-from charter._model.shared import SharedDemand
 from charter._policy.policy import (
     CompiledPolicy,
     EnforcementPoint,
@@ -34,6 +33,8 @@ from charter._policy.sets import PatternSet, pattern_sets
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, NamedTuple
+
+    from charter._model.shared import SharedDemand
 else:
     from charter._model.structural import NamedTuple
 

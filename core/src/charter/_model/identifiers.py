@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import os
 import threading
-import unicodedata
 
 from charter._model.sha256 import sha256_hex
 
@@ -126,7 +125,13 @@ def _map_name(value: object) -> str:
         text = getattr(value, "__qualname__", None) or getattr(value, "__name__", None) or ""
         if not isinstance(text, str) or not text:
             text = "" if value is None else type(value).__name__
-    text = unicodedata.normalize("NFC", text.encode("utf-8", "replace").decode("utf-8"))
+    text = text.encode("utf-8", "replace").decode("utf-8")
+    if not text.isascii():
+        # ASCII is NFC already: a process whose names are ASCII (a hook call's tool names)
+        # never imports unicodedata.
+        import unicodedata
+
+        text = unicodedata.normalize("NFC", text)
     text = " ".join(text.translate(_CONTROL_TO_SPACE).split())
     return text[:255] or "unnamed"
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from charter._model.paths import ROOTS, SCALAR_ROOTS, FieldPath, parse_path
-from charter._policy.grant_keys import GRANT_META, GRANT_STEP
 from charter._policy.regex import compile_re2, fullmatch_function
+from charter._policy.rules._indexes import GRANT_META, GRANT_STEP
 
 # decimal loads with the first number a grant compares: most processes never compare one.
 if TYPE_CHECKING:

@@ -15,7 +15,6 @@ import contextvars
 import os
 import sys
 import threading
-import warnings
 from collections.abc import Callable, Generator, Mapping
 
 from charter._engine.engine import Decision, EvalResult
@@ -1096,6 +1095,11 @@ class Governor:
                     self._warned.add(v.name)
                     first.append(v)
         log_debug("charter warning: task %s step %r: %s", b.task_id, b.step_name, result.reason)
+        if not first:
+            return
+        # Imported here: a process whose steps warn on nothing (a hook call) never loads it.
+        import warnings
+
         for v in first:
             warnings.warn(
                 PolicyWarning(

@@ -26,11 +26,11 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-import weakref
+from _weakrefset import WeakSet
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
-from charter._audit.base import INTENT_KEY, AuditStore
+from charter._audit.base import INTENT_KEY, SHARED_KEY, AuditStore
 from charter._engine.engine import (
     Decision,
     EvalResult,
@@ -54,7 +54,6 @@ from charter._model.identifiers import new_id
 from charter._runtime.internal import charter_logger, internal_error_count, report_internal_error
 from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
-from charter._runtime.shared import SHARED_KEY, Demands, SharedCounts, SharedLimits
 from charter._runtime.sources import PolicySources
 from charter._runtime.writer import AuditWriter, ExporterLike, StepObserver
 
@@ -66,11 +65,14 @@ if TYPE_CHECKING:
 
     from charter._audit.counters import CounterStore
     from charter._runtime.checkpoints import Checkpointer
+    from charter._runtime.shared import Demands, SharedCounts, SharedLimits
 
 __all__ = ["Runner"]
 
 
-_live: weakref.WeakSet[Runner] = weakref.WeakSet()
+# weakref.WeakSet is _weakrefset's, which threading has loaded already: importing weakref
+# (35 KB of bytecode, six classes) for it would cost every hook process.
+_live: WeakSet[Runner] = WeakSet()
 _live_lock = threading.Lock()
 _atexit_registered = False
 
@@ -137,7 +139,11 @@ class Runner:
             checkpointer=self._checkpointer,
         )
         self._sync = settings.audit_durability == "sync"
-        self._shared = SharedLimits(self._writer.open_store, settings.shared_hold_seconds, counters)
+        # Built on the first step a policy counts outside its task (`_shared`): most
+        # processes (a hook call among them) never reserve, and never load the module.
+        self._shared_limits: SharedLimits | None = None
+        self._shared_args = (self._writer.open_store, settings.shared_hold_seconds, counters)
+        self._shared_lock = threading.Lock()
         self._guard = threading.Lock()
         self._locks: dict[str, threading.RLock] = {}
         self._contexts: dict[str, EvalContext] = {}
@@ -219,6 +225,18 @@ class Runner:
             )
 
     # -- judging ------------------------------------------------------------------------------
+
+    @property
+    def _shared(self) -> SharedLimits:
+        limits = self._shared_limits
+        if limits is None:
+            from charter._runtime.shared import SharedLimits
+
+            with self._shared_lock:
+                limits = self._shared_limits
+                if limits is None:
+                    limits = self._shared_limits = SharedLimits(*self._shared_args)
+        return limits
 
     def preview(self, intended: Behavior, context: EvalContext | None = None) -> EvalResult:
         """The decision `evaluate` would give, with no side effect (nothing recorded).

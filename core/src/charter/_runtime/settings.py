@@ -13,7 +13,6 @@ import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 
-from charter._audit.url import display_location
 from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
 from charter._policy.policy import Policy
@@ -608,5 +607,8 @@ def _display(name: str, value: Any) -> str:
     if isinstance(value, float):
         return f"{value:g}"
     if name == "audit_location":
+        # Imported here: only a described setting needs it, and a hook call describes none.
+        from charter._audit.url import display_location
+
         return display_location(value)
     return str(value)

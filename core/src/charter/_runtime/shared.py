@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from charter._audit.base import AuditStore
+from charter._audit.base import SHARED_KEY, AuditStore
 from charter._model.behavior import Behavior
 from charter._model.paths import parse_path
 from charter._model.shared import SharedDemand
@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["SHARED_KEY", "Demands", "SharedCounts", "SharedLimits", "shared_counts"]
 
-#: Where a step's record keeps the counts read outside its task (see the module doc).
-SHARED_KEY = "charter.shared"
 
 Demands = Sequence[tuple[SharedDemand, tuple[str, ...]]]
 

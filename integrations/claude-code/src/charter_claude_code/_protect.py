@@ -29,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from importlib.machinery import ModuleSpec
     from typing import Any
 
 __all__ = ["POLICY", "POLICY_NAME", "Protected", "protected_for", "touched"]
@@ -141,6 +142,24 @@ def _real(path: str) -> str:
         return os.path.normpath(os.path.abspath(path))
 
 
+def _find_spec(package: str) -> ModuleSpec | None:
+    """`importlib.util.find_spec` of a top-level `package`, without importing importlib.util
+    (with importlib, importlib._abc and warnings: modules a hook call would load for this
+    alone): a loaded package's own spec, else the first the import system's finders give."""
+    import sys
+
+    module = sys.modules.get(package)
+    if module is not None:
+        spec: ModuleSpec | None = module.__spec__
+        return spec
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        found: ModuleSpec | None = None if find is None else find(package, None)
+        if found is not None:
+            return found
+    return None
+
+
 def protected_for(
     root: str,
     policy_files: Iterable[str],
@@ -148,13 +167,11 @@ def protected_for(
     environ: Mapping[str, str],
 ) -> Protected:
     """What the hook of the project `root` protects (all as real paths)."""
-    import importlib.util
-
     files = {_real(f) for f in policy_files}
     trees = {_real(os.path.join(root, ".charter"))}
     # The code and data that decide: the hook, Charter, the templates and the baselines.
     for package in ("charter_claude_code", "charter", "charter_templates", "charter_baseline"):
-        spec = importlib.util.find_spec(package)
+        spec = _find_spec(package)
         if spec is not None and spec.origin:
             trees.add(os.path.dirname(_real(spec.origin)))
     settings = {_real(os.path.join(root, ".claude"))}

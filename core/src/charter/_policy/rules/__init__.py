@@ -10,7 +10,7 @@ against what the modules register.
 
 from __future__ import annotations
 
-from importlib import import_module
+import sys
 
 from charter._policy.registry import set_builtin_loader
 
@@ -21,6 +21,7 @@ __all__ = [
     "compound",
     "guards",
     "history",
+    "quotas",
     "registration",
     "shell",
 ]
@@ -41,11 +42,11 @@ BUILTIN_RULES: dict[str, str] = {
     "path_within_root": "guards",
     "no_secrets": "guards",
     "max_steps": "history",
-    "rate_limit": "history",
-    "budget": "history",
+    "rate_limit": "quotas",
+    "budget": "quotas",
     "requires_gate": "history",
     "forbid_after": "history",
-    "no_repeat": "history",
+    "no_repeat": "quotas",
     "value_provenance": "history",
     "requires_fields": "registration",
     "classification_not_in": "registration",
@@ -56,23 +57,31 @@ _MODULES = tuple(dict.fromkeys(BUILTIN_RULES.values()))
 _all_loaded = False
 
 
+def _import(module: str) -> object:
+    # __import__, not importlib.import_module: importlib (and the warnings module it loads)
+    # would cost every hook process, which loads a rule module for each policy set.
+    name = f"{__name__}.{module}"
+    __import__(name)
+    return sys.modules[name]
+
+
 def _load(name: str | None) -> None:
     global _all_loaded
     if name is not None:
         module = BUILTIN_RULES.get(name)
         if module is not None:
-            import_module(f"{__name__}.{module}")
+            _import(module)
         return
     if not _all_loaded:
         for module in _MODULES:
-            import_module(f"{__name__}.{module}")
+            _import(module)
         _all_loaded = True
 
 
 def __getattr__(name: str) -> object:
     # `charter._policy.rules.basic` and the like, as when the package imported them all.
     if name in _MODULES:
-        return import_module(f"{__name__}.{name}")
+        return _import(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

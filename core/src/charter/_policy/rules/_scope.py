@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from charter._model.behavior import Behavior
 from charter._model.paths import FieldPath, parse_path
-from charter._model.shared import SharedDemand, counter_key
 from charter._policy.registry import Violation
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from charter._model.shared import SharedDemand
+
+# charter._model.shared (the demand and its counter key) is imported where a scoped limit
+# asks for a counter: a policy set without one (a hook call's) never loads it.
 
 __all__ = ["SCOPE_SCHEMA", "Scope", "parse_scope"]
 
@@ -73,6 +77,8 @@ class Scope:
 
     def key(self, view: Behavior, agent_id: str, counter: str) -> str | Violation:
         """The counter's key for this step (see `counter_key`), or why there is none."""
+        from charter._model.shared import counter_key
+
         if self.per is None:
             return counter_key(agent_id, counter, None)
         value = self.value(view)
@@ -90,6 +96,8 @@ class Scope:
         keeps: tuple[str, ...],
         field: str | None,
     ) -> SharedDemand | None:
+        from charter._model.shared import SharedDemand
+
         key = self.key(view, agent_id, counter)
         if isinstance(key, Violation):
             return None

@@ -28,7 +28,7 @@ from charter._policy.capabilities import (
     layers_from_meta,
 )
 from charter._policy.registry import Violation, rule
-from charter._policy.rules._indexes import ProvenanceIndex, provenance_keys, trusted_candidates
+from charter._policy.rules._provenance import ProvenanceIndex, provenance_keys, trusted_candidates
 
 __all__ = ["GrantIndex", "capabilities", "is_grant_record"]
 

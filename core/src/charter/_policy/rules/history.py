@@ -1,5 +1,9 @@
 """History rules: limits, budgets, approvals, flow, repeats and provenance over the task.
 
+`rate_limit`, `budget` and `no_repeat` are in `charter._policy.rules.quotas`, and
+`value_provenance`'s index and check (and `value_trust`, which this module still exports) in
+`charter._policy.rules._provenance`, loaded on the first step the rule judges.
+
 Every rule here reads the task through an index (see `charter._policy.rules._indexes`), never by
 scanning `ctx.history.steps`, so judging a step costs about the same at depth 10,000 as at 10.
 Open intents (steps allowed and running, not yet recorded) are few and are read directly.
@@ -24,15 +28,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 
-from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
+from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Verb
 from charter._model.context import RuleContext
 from charter._model.frozen import Frozen
 from charter._model.ijson import canonical_digest
 from charter._model.paths import FieldPath, parse_path
-from charter._model.shared import SharedDemand
 from charter._model.trust import TRUST_WORDS, Trust, parse_trust, trust_level
-from charter._policy.extract import KINDS as EXTRACT_KINDS
-from charter._policy.extract import MAX_SCAN, extract
 from charter._policy.regex import compile_re2
 from charter._policy.registry import Violation, rule
 from charter._policy.rules._fields import FIELD_SCHEMA, if_missing_schema
@@ -40,19 +41,9 @@ from charter._policy.rules._indexes import (
     CountIndex,
     GateIndex,
     GateOptions,
-    ProvenanceIndex,
-    RepeatIndex,
-    SumIndex,
-    TimeIndex,
     TriggerIndex,
     Where,
     index_key,
-    micros,
-    number_keys,
-    numbers_at,
-    provenance_keys,
-    step_digest,
-    trusted_candidates,
 )
 from charter._policy.rules._scope import SCOPE_SCHEMA, Scope, parse_scope
 from charter._policy.selector import SELECTOR_SCHEMA, Selector
@@ -61,18 +52,28 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
+    from charter._model.shared import SharedDemand
+    from charter._policy.rules._provenance import value_trust
+
 __all__ = [
-    "budget",
     "forbid_after",
     "max_steps",
-    "no_repeat",
-    "rate_limit",
     "requires_gate",
     "value_provenance",
     "value_trust",
 ]
 
 Verdict = bool | Violation
+
+
+def __getattr__(name: str) -> Any:
+    # `value_trust` lives in `charter._policy.rules._provenance` with the index it reads
+    # (see there): a process that loads these rules need not load it.
+    if name == "value_trust":
+        from charter._policy.rules._provenance import value_trust
+
+        return value_trust
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _selector_schema(description: str) -> dict[str, Any]:
@@ -210,311 +211,6 @@ def max_steps(view: Behavior, p: _MaxSteps, ctx: RuleContext) -> Verdict:
     return Violation(
         f"this would be the {_ordinal(done + running + 1)} matching step in the task "
         f"(limit {p.max}): {done} already happened, {running} still running"
-    )
-
-
-# -- rate_limit --------------------------------------------------------------------------------
-
-_ATTEMPTS = frozenset({Outcome.OK, Outcome.FAILED, Outcome.ABANDONED})
-_OK_ONLY = frozenset({Outcome.OK})
-
-
-class _RateLimit(Frozen):
-    __slots__ = (
-        "counter",
-        "factory",
-        "keeps",
-        "key",
-        "max",
-        "scope",
-        "select",
-        "window_text",
-        "window_us",
-    )
-    max: int
-    window_us: int
-    window_text: str
-    select: Selector
-    key: str
-    factory: Callable[[], TimeIndex]
-    scope: Scope | None
-    counter: str
-    keeps: tuple[str, ...]
-
-    def __init__(
-        self,
-        max: int,
-        window_us: int,
-        window_text: str,
-        select: Selector,
-        key: str,
-        factory: Callable[[], TimeIndex],
-        scope: Scope | None,
-        counter: str,
-        keeps: tuple[str, ...],
-    ) -> None:
-        put = object.__setattr__
-        put(self, "max", max)
-        put(self, "window_us", window_us)
-        put(self, "window_text", window_text)
-        put(self, "select", select)
-        put(self, "key", key)
-        put(self, "factory", factory)
-        put(self, "scope", scope)
-        put(self, "counter", counter)
-        put(self, "keeps", keeps)
-
-    def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
-        if self.scope is None or not self.select.matches(view):
-            return None
-        return self.scope.demand(view, agent_id, self.counter, 1, self.window_us, self.keeps, None)
-
-
-def _prepare_rate_limit(params: dict[str, Any]) -> _RateLimit:
-    seconds = params["window_seconds"]
-    window_us = round(seconds * 1_000_000)
-    if window_us < 1:
-        raise ValueError("window_seconds must be at least one microsecond")
-    only_ok = params.get("count", "attempts") == "ok"
-    outcomes = _OK_ONLY if only_ok else _ATTEMPTS
-    select = Selector.from_params(params.get("select"))
-    return _RateLimit(
-        params["max"],
-        window_us,
-        _fmt(seconds),
-        select,
-        TimeIndex.key(select, outcomes),
-        functools.partial(TimeIndex, select, outcomes),
-        parse_scope(params.get("scope")),
-        index_key("charter.shared.times", select.key, only_ok, window_us),
-        _OK_KEEPS if only_ok else _ATTEMPT_KEEPS,
-    )
-
-
-@rule(
-    name="rate_limit",
-    description=(
-        "At most `max` steps matching `select` within any `window_seconds`, judged on the "
-        "steps' own timestamps: the judged step's timestamp is now, and a step stamped exactly "
-        "`window_seconds` earlier is outside the window (steps stamped later than now are "
-        "inside). Counts recorded steps, steps still running and the judged step. count: "
-        "attempts (default) counts ok, failed and abandoned steps; ok counts only ok steps. "
-        "Blocked steps never ran and never count, nor do Charter's grant records. A judged "
-        "step `select` does not match complies. "
-        "`scope` agent or {per: field} counts across the agent instead, in the store, with the "
-        "window on the runner's clock."
-    ),
-    params_schema={
-        "type": "object",
-        "required": ["max", "window_seconds"],
-        "properties": {
-            "max": {"type": "integer", "minimum": 0},
-            "window_seconds": {"type": "number", "exclusiveMinimum": 0},
-            "select": _SELECT,
-            "count": {
-                "type": "string",
-                "enum": ["attempts", "ok"],
-                "description": "Which recorded steps count (default attempts: not blocked).",
-            },
-            "scope": SCOPE_SCHEMA,
-        },
-    },
-    example_params={"max": 10, "window_seconds": 60, "select": {"step_names": ["search_*"]}},
-    prepare=_prepare_rate_limit,
-    _builtin=True,
-)
-def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
-    if not p.select.matches(view):
-        return True
-    if p.scope is not None:
-        before = _shared_count(view, p.scope, p.counter, ctx)
-        if isinstance(before, Violation):
-            return before
-        if before + 1 <= p.max:
-            return True
-        return Violation(
-            f"this would be the {_ordinal(int(before) + 1)} matching step within "
-            f"{p.window_text} seconds across the {p.scope.text} (limit {p.max}): "
-            f"{_fmt(before)} counted in the shared store"
-        )
-    after = micros(view.timestamp) - p.window_us
-    recorded = ctx.history.index(p.key, p.factory).count_after(after)
-    running = _count_running(
-        ctx, view, lambda b: p.select.matches(b) and micros(b.timestamp) > after
-    )
-    total = recorded + running + 1
-    if total <= p.max:
-        return True
-    return Violation(
-        f"this would be the {_ordinal(total)} matching step within {p.window_text} seconds "
-        f"(limit {p.max}): {recorded + running} already in the window"
-    )
-
-
-# -- budget ------------------------------------------------------------------------------------
-
-
-class _Budget(Frozen):
-    __slots__ = (
-        "counter",
-        "factory",
-        "key",
-        "limit",
-        "path",
-        "scope",
-        "select",
-        "window_text",
-        "window_us",
-    )
-    path: FieldPath
-    limit: float
-    select: Selector
-    key: str
-    factory: Callable[[], SumIndex]
-    scope: Scope | None
-    counter: str
-    window_us: int | None
-    window_text: str
-
-    def __init__(
-        self,
-        path: FieldPath,
-        limit: float,
-        select: Selector,
-        key: str,
-        factory: Callable[[], SumIndex],
-        scope: Scope | None,
-        counter: str,
-        window_us: int | None,
-        window_text: str,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "path", path)
-        put(self, "limit", limit)
-        put(self, "select", select)
-        put(self, "key", key)
-        put(self, "factory", factory)
-        put(self, "scope", scope)
-        put(self, "counter", counter)
-        put(self, "window_us", window_us)
-        put(self, "window_text", window_text)
-
-    def shared_demand(self, view: Behavior, agent_id: str) -> SharedDemand | None:
-        if self.scope is None:
-            return None
-        if not self.select.matches(view):
-            # Judged against the counter, taking nothing from it.
-            return self.scope.demand(view, agent_id, self.counter, 0, self.window_us, (), None)
-        amount, bad = numbers_at(self.path, view)
-        if bad:
-            return None
-        return self.scope.demand(
-            view, agent_id, self.counter, amount, self.window_us, _OK_KEEPS, self.path.text
-        )
-
-
-def _prepare_budget(params: dict[str, Any]) -> _Budget:
-    path = parse_path(params["field"])
-    select = Selector.from_params(params.get("select"))
-    scope = parse_scope(params.get("scope"))
-    seconds = params.get("window_seconds")
-    window_us: int | None = None
-    if seconds is not None:
-        if scope is None:
-            raise ValueError(
-                "window_seconds needs scope agent or {per: <field path>}: a task's budget "
-                "counts the whole task (remove window_seconds, or set a scope)"
-            )
-        window_us = round(seconds * 1_000_000)
-        if window_us < 1:
-            raise ValueError("window_seconds must be at least one microsecond")
-    return _Budget(
-        path,
-        params["limit"],
-        select,
-        SumIndex.key(select, path),
-        functools.partial(SumIndex, select, path),
-        scope,
-        index_key("charter.shared.sum_ok", select.key, path.text, window_us),
-        window_us,
-        "" if seconds is None else _fmt(seconds),
-    )
-
-
-@rule(
-    name="budget",
-    description=(
-        "The sum of the numbers at `field` over recorded ok steps matching `select`, steps "
-        "still running and the judged step must stay <= `limit`. Outcome-only values (model "
-        "token usage) count once recorded; the judged intent adds what it carries (often "
-        "nothing). Once the budget is spent every step the policy matches is violated. "
-        "Negative numbers count as 0; a non-number at `field` of the judged step violates. "
-        "`scope` agent or {per: field} sums across the agent instead, in the store, over "
-        "`window_seconds` when given."
-    ),
-    params_schema={
-        "type": "object",
-        "required": ["field", "limit"],
-        "properties": {
-            "field": FIELD_SCHEMA,
-            "limit": {"type": "number", "minimum": 0},
-            "select": _SELECT,
-            "scope": SCOPE_SCHEMA,
-            "window_seconds": {
-                "type": "number",
-                "exclusiveMinimum": 0,
-                "description": "With a scope beyond the task: only what was spent within "
-                "this many seconds counts (a sliding window), e.g. 86400 for a day.",
-            },
-        },
-    },
-    example_params={
-        "field": "properties.model.usage.total_tokens",
-        "limit": 200000,
-        "select": {"kinds": ["step.model"]},
-    },
-    prepare=_prepare_budget,
-    _builtin=True,
-)
-def budget(view: Behavior, p: _Budget, ctx: RuleContext) -> Verdict:
-    if p.scope is not None:
-        return _shared_budget(view, p, p.scope, ctx)
-    spent = ctx.history.index(p.key, p.factory).total
-    running: float = 0
-    if ctx.history.open_intents:
-        for b in _running(ctx, view):
-            if p.select.matches(b):
-                running += numbers_at(p.path, b)[0]
-    this: float = 0
-    if p.select.matches(view):
-        this, bad = numbers_at(p.path, view)
-        if bad:
-            return Violation(f"{p.path.text} value {bad[0]!r:.60} is not a number")
-    total = spent + running + this
-    if total <= p.limit:
-        return True
-    return Violation(
-        f"{p.path.text} would total {_fmt(total)}, above the budget of {_fmt(p.limit)} "
-        f"(spent {_fmt(spent)}, running {_fmt(running)}, this step {_fmt(this)})"
-    )
-
-
-def _shared_budget(view: Behavior, p: _Budget, scope: Scope, ctx: RuleContext) -> Verdict:
-    this: float = 0
-    if p.select.matches(view):
-        this, bad = numbers_at(p.path, view)
-        if bad:
-            return Violation(f"{p.path.text} value {bad[0]!r:.60} is not a number")
-    spent = _shared_count(view, scope, p.counter, ctx)
-    if isinstance(spent, Violation):
-        return spent
-    if spent + this <= p.limit:
-        return True
-    within = f" within {p.window_text} seconds" if p.window_text else ""
-    return Violation(
-        f"{p.path.text} would total {_fmt(spent + this)}{within} across the {scope.text}, above "
-        f"the budget of {_fmt(p.limit)} (spent or running {_fmt(spent)} in the shared store, "
-        f"this step {_fmt(this)})"
     )
 
 
@@ -753,82 +449,15 @@ def forbid_after(view: Behavior, p: _ForbidAfter, ctx: RuleContext) -> Verdict:
     )
 
 
-# -- no_repeat ---------------------------------------------------------------------------------
-
-
-class _NoRepeat(Frozen):
-    __slots__ = (
-        "include_failed",
-        "max",
-    )
-    max: int
-    include_failed: bool
-
-    def __init__(
-        self,
-        max: int,
-        include_failed: bool,
-    ) -> None:
-        put = object.__setattr__
-        put(self, "max", max)
-        put(self, "include_failed", include_failed)
-
-
-@rule(
-    name="no_repeat",
-    description=(
-        "The same step (step_name and canonical input) may run at most `max` times in the "
-        "task (default 1), counting recorded ok steps, steps still running and the judged "
-        "step: catches loops and duplicate side effects. `include_failed` also counts failed "
-        "and abandoned runs (retries); blocked steps never count."
-    ),
-    params_schema={
-        "type": "object",
-        "properties": {
-            "max": {"type": "integer", "minimum": 1},
-            "include_failed": {"type": "boolean"},
-        },
-    },
-    example_params={"max": 2, "include_failed": False},
-    prepare=lambda params: _NoRepeat(
-        params.get("max", 1), bool(params.get("include_failed", False))
-    ),
-    _builtin=True,
-)
-def no_repeat(view: Behavior, p: _NoRepeat, ctx: RuleContext) -> Verdict:
-    index = ctx.history.index(RepeatIndex.KEY, RepeatIndex)
-    digest = step_digest(view)
-    key = (view.step_name, digest)
-    done = index.ok[key]
-    failed = index.not_ok[key] if p.include_failed else 0
-    running = _count_running(
-        ctx, view, lambda b: b.step_name == view.step_name and step_digest(b) == digest
-    )
-    total = done + failed + running + 1
-    if total <= p.max:
-        return True
-    parts = [f"{done} ran"]
-    if p.include_failed:
-        parts.append(f"{failed} failed or were abandoned")
-    parts.append(f"{running} still running")
-    return Violation(
-        f"{view.step_name!r} with this exact input would run {total} times (limit {p.max}): "
-        + ", ".join(parts)
-    )
-
-
 # -- value_provenance --------------------------------------------------------------------------
+# The rule is registered here; the index it reads and its check are in `_provenance`,
+# imported on the first step it judges (see that module).
 
 _MODES = ["auto", "text", "email", "host", "iban", "url", "phone"]
 _NEEDS = ["user", "operator", "internal", "trusted"]
-_KIND_KEYS = {"urls": "u", "hosts": "h", "emails": "e", "ibans": "i", "phones": "p"}
-_KIND_NAMES = {
-    "urls": "link",
-    "hosts": "host",
-    "emails": "address",
-    "ibans": "IBAN",
-    "phones": "phone number",
-}
+# `charter._policy.extract.KINDS`, written out: importing extract (and the index the check
+# needs) would cost every process that loads these rules without judging a step with this one.
+_EXTRACT_KINDS = ("urls", "hosts", "emails", "ibans", "phones")
 
 
 class _Field(Frozen):
@@ -892,86 +521,6 @@ def _prepare_provenance(params: dict[str, Any]) -> _Provenance:
     return _Provenance(tuple(fields), params.get("if_missing", "comply") == "comply")
 
 
-@functools.lru_cache(maxsize=64)
-def _context_candidates(values: tuple[str, ...]) -> frozenset[tuple[str, str]]:
-    return trusted_candidates(values)
-
-
-def _values(found: list[Any]) -> Iterator[str | int | float]:
-    """Strings and numbers at a field, lists and objects searched; booleans are not values."""
-    for v in found:
-        if isinstance(v, str):
-            if v.strip():
-                yield v
-        elif isinstance(v, int | float) and not isinstance(v, bool):
-            yield v
-        elif isinstance(v, list):
-            yield from _values(v)
-        elif isinstance(v, dict):
-            yield from _values(list(v.values()))
-
-
-def _keys(value: str | int | float, mode: str) -> tuple[tuple[str, str], ...]:
-    if isinstance(value, str):
-        return provenance_keys(value, mode)
-    return number_keys(value)
-
-
-def value_trust(ctx: RuleContext, value: Any, normalise: str = "auto") -> Trust:
-    """The highest trust level `value` (a string or a number) was seen at in the task so far:
-    recorded content as `value_provenance` reads it, and the context's trusted values
-    (``operator``); ``external`` when it was seen in no content at ``internal`` or above.
-    `normalise` is one of value_provenance's modes. Pure: reads the task's index only."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
-        return Trust.EXTERNAL
-    keys = _keys(value, normalise)
-    index = ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)
-    found = index.level_of(keys)
-    level = found[0] if found is not None else Trust.EXTERNAL
-    trusted_ctx = _context_candidates(ctx.context.trusted_values)
-    if level < Trust.OPERATOR and any(k in trusted_ctx for k in keys):
-        level = Trust.OPERATOR
-    return level
-
-
-class _Lookup:
-    """The task's provenance index and the context's trusted values, fetched on first use."""
-
-    __slots__ = (
-        "ctx",
-        "index",
-        "trusted",
-    )
-
-    def __init__(self, ctx: RuleContext) -> None:
-        self.ctx = ctx
-        self.index: ProvenanceIndex | None = None
-        self.trusted: frozenset[tuple[str, str]] = frozenset()
-
-    def check(self, keys: tuple[tuple[str, str], ...], needs: Trust) -> str | None:
-        """None when one of `keys` was seen at `needs` or above, else why not."""
-        if self.index is None:
-            self.index = self.ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)
-            self.trusted = _context_candidates(self.ctx.context.trusted_values)
-        found = self.index.level_of(keys)
-        if found is not None and found[0] >= needs:
-            return None
-        if needs <= Trust.OPERATOR and any(k in self.trusted for k in keys):
-            return None
-        wanted = "trusted content" if needs is Trust.INTERNAL else f"{needs.word} content"
-        base = f"did not appear in {wanted} earlier in the task ({_SOURCES[needs]})"
-        if found is not None:
-            return f"{base}; it came only from {found[0].word} content (seq {found[1]})"
-        return base
-
-
-_SOURCES = {
-    Trust.USER: "the user's messages",
-    Trust.OPERATOR: "the user's messages, trusted values",
-    Trust.INTERNAL: "user messages, trusted values, outputs marked trusted or internal",
-}
-
-
 @rule(
     name="value_provenance",
     description=(
@@ -1017,7 +566,7 @@ _SOURCES = {
                         "extract": {
                             "type": "array",
                             "minItems": 1,
-                            "items": {"type": "string", "enum": list(EXTRACT_KINDS)},
+                            "items": {"type": "string", "enum": list(_EXTRACT_KINDS)},
                         },
                     },
                 },
@@ -1042,42 +591,6 @@ _SOURCES = {
     _builtin=True,
 )
 def value_provenance(view: Behavior, p: _Provenance, ctx: RuleContext) -> Verdict:
-    lookup = _Lookup(ctx)
-    any_value = False
-    for f in p.fields:
-        for value in _values(f.path.resolve(view)):
-            any_value = True
-            if f.extract:
-                why = _check_text(value, f, lookup)
-                if why is not None:
-                    return Violation(why)
-                continue
-            keys = _keys(value, f.mode)
-            why = lookup.check(keys, f.needs)
-            if why is not None:
-                shown = keys[0][1] if f.mode == "host" and keys else value
-                what = "host " if f.mode == "host" else ""
-                return Violation(f"{f.path.text} {what}{shown!r:.80} {why}")
-    if not any_value and not p.comply_if_missing:
-        return Violation(
-            "none of " + ", ".join(f.path.text for f in p.fields) + " has a value to check"
-        )
-    return True
+    from charter._policy.rules._provenance import check
 
-
-def _check_text(value: str | int | float, f: _Field, lookup: _Lookup) -> str | None:
-    if not isinstance(value, str):
-        return None  # a number holds no link, address or account
-    if len(value) > MAX_SCAN:
-        return (
-            f"{f.path.text} is {len(value)} characters long, more than the {MAX_SCAN} that "
-            "can be searched for links and addresses"
-        )
-    for kind, found in extract(value, f.extract):
-        keys: tuple[tuple[str, str], ...] = ((_KIND_KEYS[kind], found),)
-        if kind == "emails":
-            keys += (("t", found),)
-        why = lookup.check(keys, f.needs)
-        if why is not None:
-            return f"{f.path.text} holds the {_KIND_NAMES[kind]} {found!r:.80}, which {why}"
-    return None
+    return check(view, p, ctx)
