@@ -395,6 +395,20 @@ def test_a_claim_is_taken_once_and_carries_its_task(tmp_path: Path) -> None:
     gov.close(1.0)
 
 
+def test_claims_nest_and_an_error_in_the_step_restores_the_outer_one() -> None:
+    gov = charter.Governor(policies=[], audit_location="none")
+    outer = ci.Claim("node", None, "agent", gov, "t1")
+    inner = ci.Claim("tool", "c1", "send_email", gov, "t1")
+    with ci.claim(outer) as held:
+        assert held is outer
+        with pytest.raises(RuntimeError, match="tool failed"), ci.claim(inner):
+            assert ci.current_claim() is inner
+            raise RuntimeError("tool failed")
+        assert ci.current_claim() is outer  # the failing step's claim is gone, the outer held
+    assert ci.current_claim() is None
+    gov.close(1.0)
+
+
 def test_the_module_api() -> None:
     assert ci.CLOSING_KINDS == charter.CLOSING_KINDS
     assert {k.value for k in ci.CLOSING_KINDS} == {"task.end", "task.error", "task.idle"}

@@ -35,7 +35,8 @@ from pathlib import Path
 # for neither a rule module nor the spec of a protected package; warnings for a policy that warns,
 # charter._audit.url the description of a network store's location. The runners alive at exit are a
 # WeakSet, which threading loads without weakref. unicodedata normalises a step name that is not
-# ASCII, bisect serves rate limits and approvals within a window.
+# ASCII, bisect serves rate limits and approvals within a window. The store's connection and an
+# integration's claim are plain context-manager classes, so contextlib stays off.
 NOT_ON_THE_HOOK_PATH = (
     "asyncio",
     "base64",
@@ -64,6 +65,7 @@ NOT_ON_THE_HOOK_PATH = (
     "charter._runtime.otlp",
     "charter._runtime.shared",
     "charter._server",
+    "contextlib",
     "dataclasses",
     "decimal",
     "difflib",

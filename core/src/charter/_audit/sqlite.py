@@ -26,8 +26,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Mapping, Sequence
 
 from charter._audit.base import (
     StoreError,
@@ -238,16 +237,10 @@ class SQLiteStore:
             )
         return False
 
-    @contextmanager
-    def _connection(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._conn is None:
-                raise StoreError(f"audit store {self.location} is closed")
-            check_process(self._pid, self.location)
-            try:
-                yield self._conn
-            except sqlite3.Error as exc:
-                raise StoreError(f"audit store {self.location} failed: {exc}") from None
+    def _connection(self) -> _Held:
+        """The open connection, held under the store's lock for a ``with`` block; an
+        sqlite3.Error raised in the block leaves it as a StoreError naming the store."""
+        return _Held(self)
 
     def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Chain and commit `entries` in one transaction; see AuditStore.append.
@@ -267,8 +260,7 @@ class SQLiteStore:
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
+                    _rollback(conn)
                 if isinstance(exc, sqlite3.IntegrityError):
                     raise StoreError(
                         f"audit store {self.location} refused the batch ({exc}): its chains "
@@ -461,8 +453,7 @@ class SQLiteStore:
                 conn.execute("COMMIT")
             except BaseException as exc:
                 if conn.in_transaction:
-                    with suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
+                    _rollback(conn)
                 if isinstance(exc, sqlite3.Error):
                     raise StoreError(
                         f"audit store {self.location} could not keep checkpoints ({exc}); "
@@ -523,6 +514,44 @@ class SQLiteStore:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+class _Held:
+    """`SQLiteStore._connection`: a class rather than a generator-based context manager,
+    so opening a store does not import contextlib (a hook call opens one)."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store: SQLiteStore) -> None:
+        self._store = store
+
+    def __enter__(self) -> sqlite3.Connection:
+        store = self._store
+        store._lock.acquire()
+        try:
+            if store._conn is None:
+                raise StoreError(f"audit store {store.location} is closed")
+            check_process(store._pid, store.location)
+        except BaseException:
+            store._lock.release()
+            raise
+        return store._conn
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if isinstance(exc, sqlite3.Error):
+                raise StoreError(f"audit store {self._store.location} failed: {exc}") from None
+        finally:
+            self._store._lock.release()
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the open transaction; a failing rollback is dropped (the caller is
+    already reporting the failure that led here)."""
+    try:
+        conn.execute("ROLLBACK")
+    except sqlite3.Error:
+        pass
 
 
 def _begin_write(conn: sqlite3.Connection) -> None:

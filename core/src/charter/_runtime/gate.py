@@ -24,8 +24,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 
 from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult, PolicyResult
@@ -43,6 +42,7 @@ from charter._runtime.steps import Step, message_step, tool_step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
     from typing import Any, Literal
 
     # The approval machinery loads with the first step a policy wants approved.
@@ -394,17 +394,35 @@ def current_claim() -> Claim | None:
     return _current.get()
 
 
-@contextmanager
-def claim(claimed: Claim) -> Iterator[Claim]:
-    """Hold `claimed` while the claimed step runs."""
-    token = _current.set(claimed)
-    try:
-        yield claimed
-    finally:
+class _Holding:
+    """What `claim` returns. A class rather than a generator-based context manager: it
+    runs twice per governed step in some integrations, and opening a gate then does not
+    import contextlib (a hook call opens one)."""
+
+    __slots__ = ("_claimed", "_token")
+
+    def __init__(self, claimed: Claim) -> None:
+        self._claimed = claimed
+        self._token: contextvars.Token[Claim | None] | None = None
+
+    def __enter__(self) -> Claim:
+        self._token = _current.set(self._claimed)
+        return self._claimed
+
+    def __exit__(self, kind: object, exc: object, tb: object) -> None:
+        token, self._token = self._token, None
+        if token is None:
+            return
         try:
             _current.reset(token)
         except ValueError:  # reset from another context (a generator finalised elsewhere)
             _current.set(None)
+
+
+def claim(claimed: Claim) -> AbstractContextManager[Claim]:
+    """A context manager that holds `claimed` (``with claim(c) as held``: `held` is `c`)
+    while the claimed step runs, in this context (thread or asyncio task)."""
+    return _Holding(claimed)
 
 
 def run_task_id(thread_id: Any, run: int) -> str:
