@@ -30,7 +30,7 @@ import functools
 import unicodedata
 from collections.abc import Iterable, Iterator
 
-from charter._policy.regex import compile_re2
+from charter._policy.regex import compile_re2, re2_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,6 +41,7 @@ __all__ = [
     "extract",
     "iban_checksum_ok",
     "json_number_key",
+    "nfkc",
     "norm_email",
     "norm_host",
     "norm_iban",
@@ -72,16 +73,9 @@ def _rx(pattern: str) -> Any:
     return compile_re2(pattern)
 
 
-def _nfkc(s: str) -> str:
+def nfkc(s: str) -> str:
+    """`s` in Unicode NFKC (ASCII is already: skipped, it is the common case)."""
     return s if s.isascii() else unicodedata.normalize("NFKC", s)
-
-
-def _scannable(s: str) -> str:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in s)
-    return s
 
 
 def _idna(host: str) -> str:
@@ -100,7 +94,7 @@ def _idna(host: str) -> str:
 def norm_host(s: str) -> str:
     """The host of a URL, ``user@host`` or bare host name (see the module docstring)."""
     # lower(), not casefold(): IDNA maps case itself, and casefold() would turn ß into ss.
-    h = " ".join(_nfkc(s).split()).lower()
+    h = " ".join(nfkc(s).split()).lower()
     if "://" in h:
         h = h.split("://", 1)[1]
     elif h.startswith("//"):
@@ -119,7 +113,7 @@ def norm_host(s: str) -> str:
 def norm_url(s: str) -> str:
     """A URL with its scheme and host normalised, the rest as written (sentence punctuation
     at its end removed)."""
-    u = _strip_url(_nfkc(s).strip())
+    u = _strip_url(nfkc(s).strip())
     scheme, sep, rest = u.partition("://")
     if not sep:
         scheme, rest = "http", u  # www.example.org/...
@@ -129,18 +123,18 @@ def norm_url(s: str) -> str:
 
 def norm_email(s: str) -> str:
     """``local@host``, case-folded, with the host normalised."""
-    local, _, host = " ".join(_nfkc(s).split()).strip(_EDGE).rpartition("@")
+    local, _, host = " ".join(nfkc(s).split()).strip(_EDGE).rpartition("@")
     return f"{local.casefold()}@{norm_host(host)}"
 
 
 def norm_iban(s: str) -> str:
     """NFKC, all whitespace removed, upper-cased."""
-    return "".join(_nfkc(s).split()).upper()
+    return "".join(nfkc(s).split()).upper()
 
 
 def norm_phone(s: str) -> str:
     """``+`` and the digits of an international number, the digits of a national one."""
-    t = _nfkc(s).strip()
+    t = nfkc(s).strip()
     digits = "".join(c for c in t if c.isascii() and c.isdigit())
     if t.startswith("+"):
         return "+" + digits
@@ -179,7 +173,7 @@ def _is_domain(host: str) -> bool:
 
 
 def _text(text: str) -> str:
-    return _scannable(_nfkc(text[:MAX_SCAN]))
+    return re2_text(nfkc(text[:MAX_SCAN]))
 
 
 def urls(text: str) -> Iterator[str]:

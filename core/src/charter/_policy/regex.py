@@ -8,7 +8,20 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["compile_re2", "fullmatch_function"]
+__all__ = ["compile_re2", "fullmatch_function", "re2_text"]
+
+
+def re2_text(text: str) -> str:
+    """`text` as RE2 can read it: RE2 reads UTF-8, which cannot hold a lone surrogate, so
+    each one is read as U+FFFD. Same length, so match positions stay those of `text`; a
+    value holding one never matches a pattern that wanted the surrogate (fails closed)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
+    return text
 
 
 @functools.lru_cache(maxsize=1024)

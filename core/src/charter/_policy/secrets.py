@@ -44,6 +44,8 @@ import binascii
 import functools
 from collections.abc import Collection, Sequence
 
+from charter._policy.regex import re2_text
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -868,18 +870,6 @@ def _helper_regex(pattern: str) -> Any:
     return re2.compile(pattern, _options())
 
 
-def _encodable(text: str) -> str:
-    """`text` with each lone surrogate (which UTF-8, and so RE2, cannot hold) read as
-    U+FFFD: same length, so findings keep their positions."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in text)
-    return text
-
-
 def _decoded_base64(run: str) -> str:
     body = run.rstrip("=").replace("-", "+").replace("_", "/")
     if len(body) % 4 == 1:
@@ -910,7 +900,7 @@ _RUN_JOIN = b"CgoK"
 def _base64_blob(text: str) -> str:
     """Every base64 run of `text` decoded, in one C call, as Latin-1 text: runs are padded
     to whole quanta with ``A`` and joined by `_RUN_JOIN` (three line feeds between them)."""
-    data = _encodable(text).encode("ascii", "replace").translate(_B64_BYTES)
+    data = re2_text(text).encode("ascii", "replace").translate(_B64_BYTES)
     runs = [
         r + b"A" * (-len(r) % 4)
         for r in data.split()
@@ -927,7 +917,7 @@ def _may_hide(text: str, scanner: _Scanner) -> tuple[bool, bool]:
     hidden_plain = False
     if "%" in text or not text.isascii():
         whole = _plain(text)
-        hidden_plain = whole != text and scanner.search(_encodable(whole))
+        hidden_plain = whole != text and scanner.search(re2_text(whole))
     blob = _base64_blob(text)
     hidden_b64 = bool(blob) and scanner.search(blob)
     return hidden_plain, hidden_b64
@@ -955,7 +945,7 @@ def _encoded(text: str, scanner: _Scanner) -> list[SecretFinding]:
                 plains.append(plain)
     found: list[SecretFinding] = []
     for (start, end), plain in zip(spans, plains, strict=True):
-        hits = scanner.findall(_encodable(plain))
+        hits = scanner.findall(re2_text(plain))
         if hits:
             found.append(SecretFinding(hits[0].shape, start, end))
     return found
@@ -969,7 +959,7 @@ def _plain(text: str) -> str:
         return text
     from urllib.parse import unquote_to_bytes  # only %-encoded text needs it
 
-    return unquote_to_bytes(_encodable(text)).decode("utf-8", "replace")
+    return unquote_to_bytes(re2_text(text)).decode("utf-8", "replace")
 
 
 def _merge(literal: list[SecretFinding], encoded: list[SecretFinding]) -> list[SecretFinding]:
@@ -1169,7 +1159,7 @@ def find_secrets(text: str, shapes: Collection[str] | None = None) -> list[Secre
         return []
     if _skip_scan(scanner, text):
         return []
-    text = _encodable(text)
+    text = re2_text(text)
     return _merge(scanner.findall(text), _encoded(text, scanner))
 
 
@@ -1191,7 +1181,7 @@ def contains_secret(text: str, shapes: Collection[str] | None = None) -> bool:
         return False
     if _skip_scan(scanner, text):
         return False
-    text = _encodable(text)
+    text = re2_text(text)
     return scanner.search(text) or any(_may_hide(text, scanner))
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import json
-import unicodedata
 from collections.abc import Iterable, Iterator
 
 from charter._model.behavior import TASK_BOUNDARY_KINDS, ActionKind, Behavior, Outcome, Verb
@@ -24,6 +23,7 @@ from charter._policy.extract import (
     extract,
     iban_checksum_ok,
     json_number_key,
+    nfkc,
     norm_email,
     norm_host,
     norm_iban,
@@ -32,7 +32,7 @@ from charter._policy.extract import (
     number_key,
     scan,
 )
-from charter._policy.regex import compile_re2
+from charter._policy.regex import compile_re2, re2_text
 from charter._policy.registry import Violation
 from charter._policy.rules._indexes import _dict, _int, _list, _str, index_key
 
@@ -94,16 +94,6 @@ def _rx(pattern: str) -> Any:
     return compile_re2(pattern)
 
 
-def _scannable(s: str) -> str:
-    # RE2 reads UTF-8, which cannot hold a lone surrogate: it is scanned as U+FFFD (so a
-    # value containing one is never found trusted, which fails closed).
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        return "".join("\ufffd" if "\ud800" <= c <= "\udfff" else c for c in s)
-    return s
-
-
 def _ascii_words(s: str) -> str:
     # RE2's `\b` knows only ASCII word characters; standing `_` (a word character the IBAN
     # pattern never matches) in for every other one gives `\b` its Unicode meaning.
@@ -138,14 +128,9 @@ def _is_iban(text: str) -> bool:
     )
 
 
-def _nfkc(s: str) -> str:
-    # ASCII is already NFKC; skipping the call matters on the hot path.
-    return s if s.isascii() else unicodedata.normalize("NFKC", s)
-
-
 def norm_text(s: str) -> str:
     """NFKC, whitespace runs collapsed, stripped, case-folded: how text values are compared."""
-    return " ".join(_nfkc(s).split()).casefold()
+    return " ".join(nfkc(s).split()).casefold()
 
 
 def provenance_keys(value: str, mode: str) -> tuple[Key, ...]:
@@ -165,11 +150,11 @@ def provenance_keys(value: str, mode: str) -> tuple[Key, ...]:
     if mode == "phone":
         return (("p", norm_phone(value)),)
     if mode in ("auto", "email") and ">" in value:
-        m = _rx(_ANGLE_EMAIL).fullmatch(_scannable(_nfkc(value)))
+        m = _rx(_ANGLE_EMAIL).fullmatch(re2_text(nfkc(value)))
         if m is not None:
             return (("e", norm_email(m.group(1))), ("t", norm_text(m.group(1))))
     if mode in ("auto", "email") and "@" in value:
-        if _rx(_EMAIL_VALUE).fullmatch(_scannable(_nfkc(value.strip()))) is not None:
+        if _rx(_EMAIL_VALUE).fullmatch(re2_text(nfkc(value.strip()))) is not None:
             return (("e", norm_email(value)), ("t", norm_text(value)))
     if mode == "auto" and len(value) <= _IBAN_MAX_TEXT and "@" not in value:
         compact = norm_iban(value)
@@ -186,7 +171,7 @@ def number_keys(value: int | float) -> tuple[Key, ...]:
 
 def _add_candidates(text: str, out: set[Key]) -> None:
     """Add every normalised candidate value found in one trusted string to `out`."""
-    raw = _scannable(_nfkc(text[:MAX_INDEXED_CHARS]))
+    raw = re2_text(nfkc(text[:MAX_INDEXED_CHARS]))
     for m in _rx(_IBAN_SPACED).finditer(_ascii_words(raw)):
         _add_iban(m.group(0), out)
     n = norm_text(raw)
