@@ -8,6 +8,9 @@ function-calling path, or both. Measures the wall time of one whole kickoff ungo
 with do-nothing hooks on the same eight interception points (CrewAI's own hook cost), and
 governed by charter_crewai.govern with a realistic policy set and a buffered SQLite audit
 trail in a temporary folder; prints the medians and the governed/ungoverned ratio.
+
+The governed kickoffs share one Governor, and so one audit store, as a process running many
+kickoffs does (opening a store is paid once per process, not per step).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ os.environ.update(
 tempfile.tempdir = SCRATCH
 atexit.register(shutil.rmtree, SCRATCH, True)
 
+import charter  # noqa: E402
 import charter_crewai  # noqa: E402
 from _policies import INTEGRATION_POLICIES  # noqa: E402
 from charter_crewai.testing import (  # noqa: E402
@@ -85,18 +89,13 @@ def build(steps: int, native: bool) -> Crew:
     return Crew(agents=[agent], tasks=[task], name="bench-crew")
 
 
-def one_run(steps: int, native: bool, mode: str, folder: Path, n: int) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) of one kickoff in `mode`; the CPU clock stops
-    after the audit writer committed the kickoff's records."""
+def one_run(steps: int, native: bool, mode: str, gov: charter.Governor) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one kickoff in `mode` (governed: under `gov`);
+    the CPU clock stops after the audit writer committed the kickoff's records."""
     crew = build(steps, native)
     governance = None
     if mode == "governed":
-        governance = charter_crewai.govern(
-            crew,
-            policies=POLICIES,
-            agent_id="bench-crew",
-            audit_location=f"sqlite:///{folder}/audit-{native}-{n}.db",
-        )
+        governance = charter_crewai.govern(crew, governor=gov)
     elif mode == "pass-through":
         for point in InterceptionPoint:
             register(point, noop)
@@ -109,7 +108,7 @@ def one_run(steps: int, native: bool, mode: str, folder: Path, n: int) -> tuple[
     used = time.process_time() - cpu
     assert result.raw == "Done."
     if governance is not None:
-        governance.uninstall()  # flushes the buffered trail, outside the timed kickoff
+        governance.uninstall()  # the Governor stays open for the next kickoff
     elif mode == "pass-through":
         for point in InterceptionPoint:
             unregister(point, noop)
@@ -123,18 +122,24 @@ def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     over: list[float] = []
     governed_steps = 2 * steps + 3  # tool + model per turn, final model call, task, kickoff
+    gov = charter.Governor(
+        policies=POLICIES,
+        agent_id="bench-crew",
+        audit_location=f"sqlite:///{folder}/audit-{native}.db",
+    )
     for mode in modes:
-        one_run(steps, native, mode, folder, -1)  # warm-up: first kickoff, first file
+        one_run(steps, native, mode, gov)  # warm-up: first kickoff, the store
     # Modes interleave round by round, so a noisy neighbour hits them alike; the per-round
     # ratio is the figure.
-    for n in range(runs):
+    for _ in range(runs):
         order = random.sample(modes, len(modes))
-        got = {m: one_run(steps, native, m, folder, n) for m in order}
+        got = {m: one_run(steps, native, m, gov) for m in order}
         over.append((got["governed"][1] - got["pass-through"][1]) / governed_steps)
         for m in modes:
             wall[m].append(got[m][0])
             cpu[m].append(got[m][1])
             ratios[m].append(got[m][0] / got["ungoverned"][0])
+    gov.close(30)
     base = statistics.median(wall["ungoverned"])
     path = "native function calling" if native else "ReAct text"
     print(f"{path}: {steps} tool turns ({governed_steps} governed steps), {runs} rounds")

@@ -10,6 +10,9 @@ subclass: LlamaIndex's own cost of being wrapped), and governed by charter_llama
 with a realistic policy set and a buffered SQLite audit trail in a temporary folder; prints
 the medians, the per-round ratio to ungoverned, and Charter's added cost per governed step
 next to the do-nothing wrapper's.
+
+The governed runs share one Governor, and so one audit store, as a process running many
+agents does (opening a store is paid once per process, not per step).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import charter
 import charter_llamaindex
 from _policies import INTEGRATION_POLICIES
 from charter_llamaindex.testing import ScriptedLLM, tool_call
@@ -81,18 +85,13 @@ async def _run(agent: FunctionAgent, steps: int) -> Any:
     return await agent.run(user_msg="Weather everywhere.", max_iterations=steps + 5)
 
 
-def one_run(steps: int, mode: str, folder: Path, n: int) -> tuple[float, float]:
-    """(wall seconds, process CPU seconds) of one agent run in `mode`; the CPU clock stops
-    after the audit writer committed the run's records."""
+def one_run(steps: int, mode: str, gov: charter.Governor) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) of one agent run in `mode` (governed: under
+    `gov`); the CPU clock stops after the audit writer committed the run's records."""
     agent = build(steps, mode)
     governance = None
     if mode == "governed":
-        governance = charter_llamaindex.govern(
-            agent,
-            policies=POLICIES,
-            agent_id="bench-agent",
-            audit_location=f"sqlite:///{folder}/audit-{n}.db",
-        )
+        governance = charter_llamaindex.govern(agent, governor=gov)
     gc.collect()
     loop = asyncio.new_event_loop()
     try:
@@ -106,7 +105,7 @@ def one_run(steps: int, mode: str, folder: Path, n: int) -> tuple[float, float]:
         loop.close()
     assert str(result) == "Done.", result
     if governance is not None:
-        governance.uninstall()  # closes the trail, outside the timed run
+        governance.uninstall()  # the Governor stays open for the next run
     return elapsed, used
 
 
@@ -117,18 +116,22 @@ def bench(steps: int, runs: int, folder: Path) -> None:
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     over: list[float] = []
     governed_steps = 2 * steps + 3  # tool + model per turn, final model call, user message, task
+    gov = charter.Governor(
+        policies=POLICIES, agent_id="bench-agent", audit_location=f"sqlite:///{folder}/audit.db"
+    )
     for mode in modes:
-        one_run(steps, mode, folder, -1)  # warm-up: first run, first file
+        one_run(steps, mode, gov)  # warm-up: first run, the store
     # Modes interleave round by round, so a noisy neighbour hits them alike; the per-round
     # ratio is the figure.
-    for n in range(runs):
+    for _ in range(runs):
         order = random.sample(modes, len(modes))
-        got = {m: one_run(steps, m, folder, n) for m in order}
+        got = {m: one_run(steps, m, gov) for m in order}
         over.append((got["governed"][1] - got["pass-through"][1]) / governed_steps)
         for m in modes:
             wall[m].append(got[m][0])
             cpu[m].append(got[m][1])
             ratios[m].append(got[m][0] / got["ungoverned"][0])
+    gov.close(30)
     base = statistics.median(wall["ungoverned"])
     print(f"FunctionAgent (streaming): {steps} tool turns ({governed_steps} governed steps)")
     print(f"  {runs} rounds; mode          wall median   ratio (median of rounds)   per step")
