@@ -2,8 +2,9 @@
 
 The governed agent runs with the same privileges as its hook, so anything Charter reads to
 decide (the policy files, ``.claude/settings*.json`` with the hook command, ``.charter/``
-with the trail, the trusted policy copy and the session state, the hook's own code) is a
-file the agent could rewrite. An always-on policy (`POLICY`, added to every policy set the
+with the trail, the trusted policy copy and the session state, the hook's own code, and what
+its interpreter imports and runs before Charter does: see `_import_path`) is a file the agent
+could rewrite. An always-on policy (`POLICY`, added to every policy set the
 hook judges with) refuses every step whose ``properties.claude.protected`` names such a
 path; `touched` computes that list for Write, Edit, MultiEdit, NotebookEdit and Bash. The
 decision server's folder (``~/.charter/serve/``: its key and token) is protected against
@@ -67,15 +68,18 @@ _GLOB_LIMIT = 200
 
 
 class Protected:
-    """Real paths that are protected: `files` exactly, `trees` with everything inside, and
-    `settings_dirs` whose ``settings*.json`` files (and the folder itself) are. Immutable
-    and compared by value."""
+    """Real paths that are protected: `files` exactly, `trees` with everything inside,
+    `settings_dirs` whose ``settings*.json`` files (and the folder itself) are, and in each
+    folder of `shadowing` the entries named after a module in its set (``json``, ``json.py``,
+    ``json/__init__.py``, ``json.cpython-311-x86_64-linux-gnu.so``: what the import system
+    would load instead of the module). Immutable and compared by value."""
 
-    __slots__ = ("files", "secrets", "settings_dirs", "trees")
+    __slots__ = ("files", "secrets", "settings_dirs", "shadowing", "trees")
     files: frozenset[str]
     trees: frozenset[str]
     settings_dirs: frozenset[str]
     secrets: frozenset[str]
+    shadowing: tuple[tuple[str, frozenset[str]], ...]
 
     def __init__(
         self,
@@ -83,18 +87,20 @@ class Protected:
         trees: frozenset[str],
         settings_dirs: frozenset[str],
         secrets: frozenset[str] = frozenset(),
+        shadowing: tuple[tuple[str, frozenset[str]], ...] = (),
     ) -> None:
         set_ = object.__setattr__
         set_(self, "files", files)
         set_(self, "trees", trees)
         set_(self, "settings_dirs", settings_dirs)
         set_(self, "secrets", secrets)
+        set_(self, "shadowing", shadowing)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Protected is immutable: cannot set {name!r}")
 
-    def _fields(self) -> tuple[frozenset[str], ...]:
-        return (self.files, self.trees, self.settings_dirs, self.secrets)
+    def _fields(self) -> tuple[object, ...]:
+        return (self.files, self.trees, self.settings_dirs, self.secrets, self.shadowing)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Protected):
@@ -107,7 +113,8 @@ class Protected:
     def __repr__(self) -> str:
         return (
             f"Protected(files={self.files!r}, trees={self.trees!r}, "
-            f"settings_dirs={self.settings_dirs!r}, secrets={self.secrets!r})"
+            f"settings_dirs={self.settings_dirs!r}, secrets={self.secrets!r}, "
+            f"shadowing={self.shadowing!r})"
         )
 
     def reveals(self, real: str) -> bool:
@@ -130,7 +137,14 @@ class Protected:
         if any(real == t or real.startswith(t.rstrip(os.sep) + os.sep) for t in self.trees):
             return True
         parent, name = os.path.split(real)
-        return parent in self.settings_dirs and fnmatch.fnmatch(name, _SETTINGS)
+        if parent in self.settings_dirs and fnmatch.fnmatch(name, _SETTINGS):
+            return True
+        for folder, modules in self.shadowing:
+            if real.startswith(folder) and real[len(folder) : len(folder) + 1] == os.sep:
+                entry = real[len(folder) + 1 :].split(os.sep, 1)[0]
+                if entry.split(".", 1)[0] in modules:
+                    return True
+        return False
 
 
 def _real(path: str) -> str:
@@ -188,7 +202,83 @@ def protected_for(
 
     for script in ("charter-claude-hook", "charter-claude"):
         files.add(_real(os.path.join(os.path.dirname(sys.executable), script)))
-    return Protected(frozenset(files), frozenset(trees), frozenset(settings), frozenset(secrets))
+    shadowing = _import_path(files, trees)
+    return Protected(
+        frozenset(files), frozenset(trees), frozenset(settings), frozenset(secrets), shadowing
+    )
+
+
+# Modules outside the standard library a hook process imports, some only on some calls (the
+# baseline, YAML for an unpinned policy file, a PostgreSQL driver), and the two modules
+# `site` imports at start-up if it finds them anywhere on the import path.
+_HOOK_MODULES = frozenset(
+    (
+        "_yaml",
+        "charter",
+        "charter_baseline",
+        "charter_claude_code",
+        "charter_templates",
+        "orjson",
+        "psycopg",
+        "psycopg_binary",
+        "psycopg_pool",
+        "re2",
+        "sitecustomize",
+        "usercustomize",
+        "yaml",
+    )
+)
+
+
+def _import_path(files: set[str], trees: set[str]) -> tuple[tuple[str, frozenset[str]], ...]:
+    """Add to `files` and `trees` what the hook's interpreter runs before Charter does, and
+    return the folders of its import path where a new entry would be imported in place of a
+    module the hook loads (see `Protected.shadowing`).
+
+    Protected whole: the interpreter, a virtual environment's ``pyvenv.cfg``, the standard
+    library and every site-packages folder (a ``.pth`` file there runs code in every Python
+    process at start-up; the installed packages are the hook's own dependencies). A folder
+    searched before the standard library (the console script's own folder, PYTHONPATH) could
+    stand in for any module; one searched after it (an editable install's source folder) only
+    for a module found nowhere earlier, so only the hook's non-standard modules are kept out
+    of it, which leaves a project's own files writable.
+    """
+    import sys
+
+    if sys.executable:
+        files.add(_real(sys.executable))
+    if sys.prefix != sys.base_prefix:
+        files.add(_real(os.path.join(sys.prefix, "pyvenv.cfg")))
+    stdlib = _real(os.path.dirname(os.__file__))
+    trees.add(stdlib)
+    site = sys.modules.get("site")
+    if site is not None:
+        trees.update(_real(folder) for folder in site.getsitepackages())
+        if site.ENABLE_USER_SITE:
+            trees.add(_real(site.getusersitepackages()))
+    loaded = {name.partition(".")[0] for name in list(sys.modules)}
+    after = frozenset(_HOOK_MODULES | (loaded - sys.stdlib_module_names))
+    before = frozenset(after | sys.stdlib_module_names | loaded)
+    shadowing: list[tuple[str, frozenset[str]]] = []
+    modules = before
+    within = tuple(t.rstrip(os.sep) + os.sep for t in trees)
+    for entry in sys.path:
+        folder = entry or os.getcwd()
+        # Most entries are real paths inside a protected tree: no need to resolve them.
+        if folder != stdlib and not (folder + os.sep).startswith(within):
+            folder = _real(folder)
+        if folder == stdlib:
+            modules = after
+            continue
+        if (folder + os.sep).startswith(within):
+            continue
+        if not os.path.isdir(folder):
+            # A zip archive on the path that does not exist yet (python311.zip): made, it
+            # would be searched for every module.
+            files.add(folder)
+            continue
+        shadowing.append((folder, modules))
+    return tuple(shadowing)
 
 
 def _expand(word: str, cwd: str, environ: Mapping[str, str]) -> str:

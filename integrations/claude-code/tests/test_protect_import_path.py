@@ -1,0 +1,65 @@
+"""What the hook's interpreter runs before Charter does is protected like Charter's own code.
+
+A ``.pth`` file in site-packages runs in every Python process at start-up, and a console
+script's folder is searched before the standard library: a file the agent wrote there would
+run inside the hook and could answer "allow" to everything. Each call here is asked of a real
+hook process (PreToolUse only: nothing is executed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+from charter_claude_code._protect import Protected
+
+SITE = sysconfig.get_path("purelib")
+# The folder of the console script the tests run (as conftest finds it).
+SCRIPTS = str(
+    Path(shutil.which("charter-claude-hook", path=str(Path(sys.executable).parent))).parent
+)
+
+
+def ask(claude, name: str, tool_input: dict[str, object]):
+    claude.calls += 1
+    return claude.event(
+        "PreToolUse", tool_name=name, tool_input=tool_input, tool_use_id=f"toolu_{claude.calls}"
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        f"echo 'import os' > {SITE}/zz_charter_probe.pth",
+        f"cp /dev/null {SITE}/sitecustomize.py",
+        f"mkdir -p {SCRIPTS}/charter_claude_code",
+        f"echo 'x = 1' > {SCRIPTS}/json.py",
+        f"cp /dev/null {SCRIPTS}/re2.cpython-311-x86_64-linux-gnu.so",
+    ],
+    ids=["pth-file", "sitecustomize", "package-beside-the-script", "stdlib-name", "extension"],
+)
+def test_a_file_the_hook_would_import_is_refused(claude, command):
+    answer = ask(claude, "Bash", {"command": command})
+    assert answer.permission == "deny", answer.json()
+    assert "charter-self-protection" in answer.reason
+
+
+def test_other_files_beside_the_console_script_stay_writable(claude, tmp_path):
+    # Not a module name: nothing imports it, so it is no way into the hook.
+    answer = ask(claude, "Bash", {"command": f"cp {tmp_path}/tool {SCRIPTS}/my-tool"})
+    assert answer.json() == {}
+
+
+def test_shadowing_covers_every_form_of_a_module_and_nothing_else(tmp_path):
+    folder = str(tmp_path)
+    protected = Protected(
+        frozenset(), frozenset(), frozenset(), shadowing=((folder, frozenset({"json"})),)
+    )
+    for entry in ("json", "json.py", "json.pyc", "json/__init__.py", "json.abi3.so"):
+        assert protected.covers(f"{folder}/{entry}"), entry
+    for entry in ("jsonl.txt", "my-json", "data/json.py", "json-tool"):
+        assert not protected.covers(f"{folder}/{entry}"), entry
+    assert not protected.covers(folder + "x/json.py")  # a sibling folder
