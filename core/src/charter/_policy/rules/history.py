@@ -195,15 +195,7 @@ def max_steps(view: Behavior, p: _MaxSteps, ctx: RuleContext) -> Verdict:
     if not p.select.matches(view):
         return True
     if p.scope is not None:
-        before = _shared_count(view, p.scope, p.counter, ctx)
-        if isinstance(before, Violation):
-            return before
-        if before + 1 <= p.max:
-            return True
-        return Violation(
-            f"this would be the {_ordinal(int(before) + 1)} matching step across the "
-            f"{p.scope.text} (limit {p.max}): {_fmt(before)} counted in the shared store"
-        )
+        return _shared_limit(view, p.scope, p.counter, p.max, ctx, "")
     done = ctx.history.index(p.key, p.factory).count
     running = _count_running(ctx, view, p.select.matches)
     if done + running + 1 <= p.max:
@@ -225,6 +217,22 @@ def _shared_count(
     if before is None:
         return scope.missing(key)
     return before
+
+
+def _shared_limit(
+    view: Behavior, scope: Scope, counter: str, limit: int, ctx: RuleContext, within: str
+) -> Verdict:
+    """Whether this step stays within `limit` matching steps counted by the shared
+    `counter` (`within`: the window the count covers, as words, or "")."""
+    before = _shared_count(view, scope, counter, ctx)
+    if isinstance(before, Violation):
+        return before
+    if before + 1 <= limit:
+        return True
+    return Violation(
+        f"this would be the {_ordinal(int(before) + 1)} matching step{within} across the "
+        f"{scope.text} (limit {limit}): {_fmt(before)} counted in the shared store"
+    )
 
 
 # -- requires_gate -----------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from charter._policy.rules.history import (
     _ordinal,
     _running,
     _shared_count,
+    _shared_limit,
 )
 from charter._policy.selector import Selector
 
@@ -266,16 +267,8 @@ def rate_limit(view: Behavior, p: _RateLimit, ctx: RuleContext) -> Verdict:
     if not p.select.matches(view):
         return True
     if p.scope is not None:
-        before = _shared_count(view, p.scope, p.counter, ctx)
-        if isinstance(before, Violation):
-            return before
-        if before + 1 <= p.max:
-            return True
-        return Violation(
-            f"this would be the {_ordinal(int(before) + 1)} matching step within "
-            f"{p.window_text} seconds across the {p.scope.text} (limit {p.max}): "
-            f"{_fmt(before)} counted in the shared store"
-        )
+        within = f" within {p.window_text} seconds"
+        return _shared_limit(view, p.scope, p.counter, p.max, ctx, within)
     after = micros(view.timestamp) - p.window_us
     recorded = ctx.history.index(p.key, p.factory).count_after(after)
     running = _count_running(
