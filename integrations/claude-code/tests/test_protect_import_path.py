@@ -56,7 +56,7 @@ def test_other_files_beside_the_console_script_stay_writable(claude, tmp_path):
 def test_shadowing_covers_every_form_of_a_module_and_nothing_else(tmp_path):
     folder = str(tmp_path)
     protected = Protected(
-        frozenset(), frozenset(), frozenset(), shadowing=((folder, frozenset({"json"})),)
+        frozenset(), frozenset(), frozenset(), shadowing=((folder + "/", frozenset({"json"})),)
     )
     for entry in ("json", "json.py", "json.pyc", "json/__init__.py", "json.abi3.so"):
         assert protected.covers(f"{folder}/{entry}"), entry

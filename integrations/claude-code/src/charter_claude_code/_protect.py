@@ -70,7 +70,8 @@ _GLOB_LIMIT = 200
 class Protected:
     """Real paths that are protected: `files` exactly, `trees` with everything inside,
     `settings_dirs` whose ``settings*.json`` files (and the folder itself) are, and in each
-    folder of `shadowing` the entries named after a module in its set (``json``, ``json.py``,
+    folder of `shadowing` (given ending in the separator) the entries named after a module
+    in its set (``json``, ``json.py``,
     ``json/__init__.py``, ``json.cpython-311-x86_64-linux-gnu.so``: what the import system
     would load instead of the module). Immutable and compared by value."""
 
@@ -140,8 +141,8 @@ class Protected:
         if parent in self.settings_dirs and fnmatch.fnmatch(name, _SETTINGS):
             return True
         for folder, modules in self.shadowing:
-            if real.startswith(folder) and real[len(folder) : len(folder) + 1] == os.sep:
-                entry = real[len(folder) + 1 :].split(os.sep, 1)[0]
+            if real.startswith(folder):
+                entry = real[len(folder) :].split(os.sep, 1)[0]
                 if entry.split(".", 1)[0] in modules:
                     return True
         return False
@@ -258,14 +259,14 @@ def _import_path(files: set[str], trees: set[str]) -> tuple[tuple[str, frozenset
             trees.add(_real(site.getusersitepackages()))
     loaded = {name.partition(".")[0] for name in list(sys.modules)}
     after = frozenset(_HOOK_MODULES | (loaded - sys.stdlib_module_names))
-    before = frozenset(after | sys.stdlib_module_names | loaded)
+    before = frozenset(after | sys.stdlib_module_names)
     shadowing: list[tuple[str, frozenset[str]]] = []
     modules = before
     within = tuple(t.rstrip(os.sep) + os.sep for t in trees)
     for entry in sys.path:
         folder = entry or os.getcwd()
         # Most entries are real paths inside a protected tree: no need to resolve them.
-        if folder != stdlib and not (folder + os.sep).startswith(within):
+        if not (folder + os.sep).startswith(within):
             folder = _real(folder)
         if folder == stdlib:
             modules = after
@@ -273,11 +274,11 @@ def _import_path(files: set[str], trees: set[str]) -> tuple[tuple[str, frozenset
         if (folder + os.sep).startswith(within):
             continue
         if not os.path.isdir(folder):
-            # A zip archive on the path that does not exist yet (python311.zip): made, it
-            # would be searched for every module.
+            # A zip archive on the path (python311.zip, there or not): written, it would be
+            # searched for every module.
             files.add(folder)
             continue
-        shadowing.append((folder, modules))
+        shadowing.append((folder.rstrip(os.sep) + os.sep, modules))
     return tuple(shadowing)
 
 
