@@ -47,6 +47,23 @@ def test_a_file_the_hook_would_import_is_refused(claude, command):
     assert "charter-self-protection" in answer.reason
 
 
+def test_the_bytecode_prefix_is_refused(claude, pycache):
+    # With PYTHONPYCACHEPREFIX set, the hook reads every module's bytecode from there, and a
+    # .pyc whose header carries its source's mtime and size runs without the source being
+    # read: one written there would be the hook's code on its next call.
+    import charter_claude_code
+
+    package = Path(charter_claude_code.__file__).resolve().parent
+    forged = f"{pycache}{package}/__init__.cpython-311.pyc"
+    answer = ask(claude, "Bash", {"command": f"cp /tmp/evil.pyc {forged}"})
+    assert answer.permission == "deny", answer.json()
+    assert "charter-self-protection" in answer.reason
+    answer = ask(claude, "Write", {"file_path": forged, "content": "x"})
+    assert answer.permission == "deny", answer.json()
+    answer = ask(claude, "Bash", {"command": f"rm -rf {pycache}"})
+    assert answer.permission == "deny", answer.json()
+
+
 def test_other_files_beside_the_console_script_stay_writable(claude, tmp_path):
     # Not a module name: nothing imports it, so it is no way into the hook.
     answer = ask(claude, "Bash", {"command": f"cp {tmp_path}/tool {SCRIPTS}/my-tool"})
@@ -58,8 +75,15 @@ def test_shadowing_covers_every_form_of_a_module_and_nothing_else(tmp_path):
     protected = Protected(
         frozenset(), frozenset(), frozenset(), shadowing=((folder + "/", frozenset({"json"})),)
     )
-    for entry in ("json", "json.py", "json.pyc", "json/__init__.py", "json.abi3.so"):
+    for entry in (
+        "json",
+        "json.py",
+        "json.pyc",
+        "json/__init__.py",
+        "json.abi3.so",
+        "__pycache__/json.cpython-311.pyc",
+    ):
         assert protected.covers(f"{folder}/{entry}"), entry
-    for entry in ("jsonl.txt", "my-json", "data/json.py", "json-tool"):
+    for entry in ("jsonl.txt", "my-json", "data/json.py", "json-tool", "__pycache__/x.pyc"):
         assert not protected.covers(f"{folder}/{entry}"), entry
     assert not protected.covers(folder + "x/json.py")  # a sibling folder

@@ -72,8 +72,9 @@ class Protected:
     `settings_dirs` whose ``settings*.json`` files (and the folder itself) are, and in each
     folder of `shadowing` (given ending in the separator) the entries named after a module
     in its set (``json``, ``json.py``,
-    ``json/__init__.py``, ``json.cpython-311-x86_64-linux-gnu.so``: what the import system
-    would load instead of the module). Immutable and compared by value."""
+    ``json/__init__.py``, ``json.cpython-311-x86_64-linux-gnu.so``,
+    ``__pycache__/json.cpython-311.pyc``: what the import system would load instead of the
+    module). Immutable and compared by value."""
 
     __slots__ = ("files", "secrets", "settings_dirs", "shadowing", "trees")
     files: frozenset[str]
@@ -142,7 +143,10 @@ class Protected:
             return True
         for folder, modules in self.shadowing:
             if real.startswith(folder):
-                entry = real[len(folder) :].split(os.sep, 1)[0]
+                entry, _, rest = real[len(folder) :].partition(os.sep)
+                if entry == "__pycache__":
+                    # __pycache__/json.cpython-311.pyc is run in place of json.py beside it.
+                    entry = rest.partition(os.sep)[0]
                 if entry.split(".", 1)[0] in modules:
                     return True
         return False
@@ -237,8 +241,9 @@ def _import_path(files: set[str], trees: set[str]) -> tuple[tuple[str, frozenset
     module the hook loads (see `Protected.shadowing`).
 
     Protected whole: the interpreter, a virtual environment's ``pyvenv.cfg``, the standard
-    library and every site-packages folder (a ``.pth`` file there runs code in every Python
-    process at start-up; the installed packages are the hook's own dependencies). A folder
+    library, every site-packages folder (a ``.pth`` file there runs code in every Python
+    process at start-up; the installed packages are the hook's own dependencies) and the
+    bytecode prefix when one is set (``PYTHONPYCACHEPREFIX``). A folder
     searched before the standard library (the console script's own folder, PYTHONPATH) could
     stand in for any module; one searched after it (an editable install's source folder) only
     for a module found nowhere earlier, so only the hook's non-standard modules are kept out
@@ -252,6 +257,10 @@ def _import_path(files: set[str], trees: set[str]) -> tuple[tuple[str, frozenset
         files.add(_real(os.path.join(sys.prefix, "pyvenv.cfg")))
     stdlib = _real(os.path.dirname(os.__file__))
     trees.add(stdlib)
+    if sys.pycache_prefix:
+        # PYTHONPYCACHEPREFIX: every module's bytecode is read from here, and a .pyc whose
+        # header names its source's mtime and size is run without the source being read.
+        trees.add(_real(sys.pycache_prefix))
     site = sys.modules.get("site")
     if site is not None:
         trees.update(_real(folder) for folder in site.getsitepackages())
