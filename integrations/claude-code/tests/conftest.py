@@ -75,6 +75,13 @@ def pycache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("pycache")
 
 
+@pytest.fixture(autouse=True)
+def _bytecode_in_pycache(pycache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `charter claude install` compiles the hook's modules where this interpreter reads
+    # bytecode: in the private prefix too, not beside the repository's sources.
+    monkeypatch.setattr(sys, "pycache_prefix", str(pycache))
+
+
 @pytest.fixture
 def home(tmp_path: Path) -> Path:
     h = tmp_path / "home"

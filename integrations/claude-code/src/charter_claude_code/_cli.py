@@ -172,6 +172,7 @@ def install(
     except (SettingsError, TrustError) as exc:
         click.echo(f"charter claude install: {exc}", err=True)
         raise SystemExit(1) from None
+    _compile_bytecode(hook_command)
     if not result.changed:
         click.echo(f"{path}: Charter's hooks are already installed as asked")
         return
@@ -180,6 +181,28 @@ def install(
         click.echo(f"  the previous file is kept in {result.backup}")
     click.echo("  restart Claude Code (or review /hooks) so it picks them up;")
     click.echo("  check the install with: charter claude doctor")
+
+
+def _compile_bytecode(hook_command: str | None) -> None:
+    """Compile the hook's modules now, so that no tool call waits for it (see `_bytecode`).
+
+    Only for the default hook program, which runs this interpreter; a --hook-command may run
+    another (its bytecode is its own installer's affair, and doctor reports it)."""
+    if hook_command is not None:
+        return
+    from charter_claude_code._bytecode import compile_hook_bytecode
+
+    compiled, failed = compile_hook_bytecode()
+    if compiled:
+        click.echo(f"  compiled the bytecode of {compiled} of the hook's modules")
+    if failed:
+        where, why = failed[0]
+        click.echo(
+            f"charter claude install: the bytecode of {len(failed)} of the hook's modules "
+            f"cannot be written ({where}: {why}); each tool call will compile them from source "
+            "(about four times slower): run this again as a user who can write there",
+            err=True,
+        )
 
 
 @claude.command()

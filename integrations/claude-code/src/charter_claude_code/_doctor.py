@@ -72,6 +72,10 @@ def hook_status(config: Any, environ: Mapping[str, str] | None = None) -> dict[s
             "store": store,
         }
         result["ok"] = bool(state == "enforcing" and store.get("ok") and writable)
+        from charter_claude_code._bytecode import uncompiled
+
+        left = uncompiled()
+        result["bytecode"] = {"uncompiled": len(left), "first": left[0] if left else None}
         return result
     finally:
         gate.governor.close(1.0)
@@ -289,6 +293,17 @@ def _check_command(
             f"{status.get('payload_mode')}: each hook call restores the session from the "
             "stored trail, so rules that read inputs or outputs of earlier steps (no_repeat, "
             "value_provenance, forbid_after on payload fields) see only what is stored",
+        )
+    bytecode = status.get("bytecode") or {}
+    if bytecode.get("uncompiled"):
+        report.add(
+            "warn",
+            "bytecode",
+            f"{bytecode['uncompiled']} of the hook's modules have no bytecode and the hook "
+            f"cannot write it (PYTHONDONTWRITEBYTECODE, or a folder it cannot write, such as "
+            f"that of {bytecode.get('first')}): every tool call compiles them from source, "
+            "about four times slower; run charter claude install again as a user who can "
+            "write there (it compiles them), or install with uv pip install --compile-bytecode",
         )
     if status.get("enforcement") == "monitor":
         report.add("warn", "enforcement", "monitor: nothing is blocked or asked, only recorded")
