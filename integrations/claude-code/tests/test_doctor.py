@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 
 from charter_claude_code import install_hooks
 from charter_claude_code._cli import claude as claude_cli
@@ -96,3 +99,33 @@ def test_doctor_json_lists_every_check_and_exits_like_the_text(project, policy, 
     failed = [c for c in report["checks"] if c["status"] == "FAIL"]
     assert [c["check"] for c in failed] == ["hook PostToolUse"]
     assert failed[0]["detail"].startswith("not registered")
+
+
+def test_install_compiles_what_the_hook_could_not_and_doctor_says_so(
+    project, policy, hook_env, tmp_path
+):
+    # The hook's environment forbids writing bytecode and reads it from an empty prefix: as
+    # after an install that compiled nothing, in a container that sets the variable.
+    env = {**hook_env, "PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": str(tmp_path / "bc")}
+    settings = project / ".claude" / "settings.json"
+    install_hooks(settings, policy_files=[policy])
+    code, text = _doctor(project, settings, env)
+    assert code == 0, text
+    assert "warn bytecode:" in text and "every tool call compiles them from source" in text
+
+    charter = shutil.which("charter", path=os.path.dirname(sys.executable))
+    done = subprocess.run(
+        [
+            *(charter, "claude", "install", "--project-dir", str(project)),
+            *("--settings-file", str(settings), "--policy", str(policy)),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "compiled the bytecode of" in done.stdout
+    code, text = _doctor(project, settings, env)
+    assert code == 0, text
+    assert "bytecode" not in text
