@@ -172,11 +172,12 @@ def install(
     except (SettingsError, TrustError) as exc:
         click.echo(f"charter claude install: {exc}", err=True)
         raise SystemExit(1) from None
-    _compile_bytecode(hook_command)
     if not result.changed:
         click.echo(f"{path}: Charter's hooks are already installed as asked")
+        _compile_bytecode(hook_command)
         return
     click.echo(f"{path}: Charter's hooks installed")
+    _compile_bytecode(hook_command)
     if result.backup is not None:
         click.echo(f"  the previous file is kept in {result.backup}")
     click.echo("  restart Claude Code (or review /hooks) so it picks them up;")
