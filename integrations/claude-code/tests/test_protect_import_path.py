@@ -8,6 +8,7 @@ hook process (PreToolUse only: nothing is executed).
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 import sysconfig
@@ -61,6 +62,30 @@ def test_the_bytecode_prefix_is_refused(claude, pycache):
     answer = ask(claude, "Write", {"file_path": forged, "content": "x"})
     assert answer.permission == "deny", answer.json()
     answer = ask(claude, "Bash", {"command": f"rm -rf {pycache}"})
+    assert answer.permission == "deny", answer.json()
+
+
+def _mapped_libraries() -> list[str]:
+    """The shared libraries mapped into this process, which runs the hook's interpreter."""
+    with open("/proc/self/maps", encoding="utf-8") as f:
+        fields = [line.split(None, 5) for line in f]
+    return sorted({os.path.realpath(x[5].strip()) for x in fields if len(x) == 6 and ".so" in x[5]})
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="read from /proc/self/maps")
+def test_the_native_code_the_interpreter_runs_is_refused(claude):
+    # libpython (pyenv builds the interpreter shared, in a folder its user owns) and the C
+    # libraries are machine code inside every hook process; ld.so.preload adds a library to
+    # every process before any of its code runs.
+    libraries = _mapped_libraries()
+    libc = next(p for p in libraries if os.path.basename(p).startswith("libc.so"))
+    targets = [libc, "/etc/ld.so.preload"]
+    targets += [p for p in libraries if os.path.basename(p).startswith("libpython")]
+    for target in targets:
+        answer = ask(claude, "Bash", {"command": f"cp /tmp/build/out.so {target}"})
+        assert answer.permission == "deny", (target, answer.json())
+        assert "charter-self-protection" in answer.reason
+    answer = ask(claude, "Write", {"file_path": "/etc/ld.so.conf.d/zz.conf", "content": "/tmp"})
     assert answer.permission == "deny", answer.json()
 
 

@@ -3,9 +3,9 @@
 The governed agent runs with the same privileges as its hook, so anything Charter reads to
 decide (the policy files, ``.claude/settings*.json`` with the hook command, ``.charter/``
 with the trail, the trusted policy copy and the session state, the hook's own code, and what
-its interpreter imports and runs before Charter does: see `_import_path`) is a file the agent
-could rewrite. An always-on policy (`POLICY`, added to every policy set the
-hook judges with) refuses every step whose ``properties.claude.protected`` names such a
+its interpreter imports and runs before Charter does: see `_import_path` and `_native_code`)
+is a file the agent could rewrite. An always-on policy (`POLICY`, added to every policy set
+the hook judges with) refuses every step whose ``properties.claude.protected`` names such a
 path; `touched` computes that list for Write, Edit, MultiEdit, NotebookEdit and Bash. The
 decision server's folder (``~/.charter/serve/``: its key and token) is protected against
 reading too (Read, Grep, Glob, LS, NotebookRead): a process that knew the key could pose as
@@ -208,6 +208,7 @@ def protected_for(
     for script in ("charter-claude-hook", "charter-claude"):
         files.add(_real(os.path.join(os.path.dirname(sys.executable), script)))
     shadowing = _import_path(files, trees)
+    _native_code(files, trees)
     return Protected(
         frozenset(files), frozenset(trees), frozenset(settings), frozenset(secrets), shadowing
     )
@@ -289,6 +290,36 @@ def _import_path(files: set[str], trees: set[str]) -> tuple[tuple[str, frozenset
             continue
         shadowing.append((folder.rstrip(os.sep) + os.sep, modules))
     return tuple(shadowing)
+
+
+# The dynamic loader's configuration: a library named in ld.so.preload is loaded into every
+# process, the hook's included, before its own code runs; the cache and the conf folders
+# decide which file a library's name loads.
+_LOADER_FILES = ("/etc/ld.so.preload", "/etc/ld.so.cache", "/etc/ld.so.conf")
+_LOADER_TREES = ("/etc/ld.so.conf.d",)
+
+
+def _native_code(files: set[str], trees: set[str]) -> None:
+    """Add to `files` the shared libraries mapped into this process (libpython when the
+    interpreter is built shared, as pyenv builds it; the C libraries its extension modules
+    link) and the dynamic loader's configuration: machine code the hook runs, which a tool
+    call could replace under a user-owned interpreter. Linux only (read from
+    ``/proc/self/maps``); elsewhere nothing is added."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as f:
+            maps = f.read()
+    except OSError:
+        return
+    within = tuple(t.rstrip(os.sep) + os.sep for t in trees)
+    mapped = set()
+    for line in maps.splitlines():
+        fields = line.split(None, 5)  # address, mode, offset, device, inode, path
+        if len(fields) == 6 and fields[5].startswith("/"):
+            mapped.add(fields[5].removesuffix(" (deleted)"))
+    # The kernel names a mapped file by the path it was opened at, symlinks resolved.
+    files.update(path for path in mapped if not path.startswith(within))
+    files.update(_LOADER_FILES)
+    trees.update(_LOADER_TREES)
 
 
 def _expand(word: str, cwd: str, environ: Mapping[str, str]) -> str:
