@@ -89,6 +89,25 @@ def test_the_native_code_the_interpreter_runs_is_refused(claude):
     assert answer.permission == "deny", answer.json()
 
 
+def test_the_hook_programs_named_from_path_are_refused(claude):
+    # A portable install names the hook `charter-claude-hook` and Claude Code finds it on
+    # PATH; a `--hook-command` may start with `uv`. One of those names written into a folder
+    # searched earlier (~/bin, ~/.local/bin, a project's node_modules/.bin) is the next hook.
+    early = claude.project / "node_modules" / ".bin"
+    early.mkdir(parents=True)
+    claude.env = {**claude.env, "PATH": os.pathsep.join([str(early), claude.env["PATH"]])}
+    for name in ("charter-claude-hook", "charter-claude", "uv"):
+        answer = ask(claude, "Write", {"file_path": str(early / name), "content": "#!/bin/sh"})
+        assert answer.permission == "deny", (name, answer.json())
+        assert "charter-self-protection" in answer.reason
+        answer = ask(claude, "Bash", {"command": f"ln -sf /tmp/fake {early}/{name}"})
+        assert answer.permission == "deny", (name, answer.json())
+        assert "charter-self-protection" in answer.reason
+    # Another program in the same folder is no way into the hook.
+    answer = ask(claude, "Write", {"file_path": str(early / "my-tool"), "content": "x"})
+    assert answer.json() == {}
+
+
 def test_other_files_beside_the_console_script_stay_writable(claude, tmp_path):
     # Not a module name: nothing imports it, so it is no way into the hook.
     answer = ask(claude, "Bash", {"command": f"cp {tmp_path}/tool {SCRIPTS}/my-tool"})

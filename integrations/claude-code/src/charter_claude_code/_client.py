@@ -27,8 +27,9 @@ __all__ = [
 ]
 
 OP = "claude.hook"
-# The environment the hook reads: the project, the home (anchors, settings), Charter's own.
-ENV_NAMES = ("CLAUDE_PROJECT_DIR", "HOME", "PWD")
+# The environment the hook reads: the project, the home (anchors, settings), where its own
+# programs are found (protected), Charter's own.
+ENV_NAMES = ("CLAUDE_PROJECT_DIR", "HOME", "PATH", "PWD")
 
 
 def hook_environ(environ: Mapping[str, str]) -> dict[str, str]:

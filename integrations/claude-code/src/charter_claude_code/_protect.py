@@ -205,14 +205,22 @@ def protected_for(
         files.update({store, store + "-wal", store + "-shm", store + "-journal"})
     import sys
 
-    for script in ("charter-claude-hook", "charter-claude"):
+    for script in _HOOK_PROGRAMS:
         files.add(_real(os.path.join(os.path.dirname(sys.executable), script)))
+    # Claude Code starts a portable hook command (`charter-claude-hook ...`, `uv run ...`)
+    # by name: the same name in any folder on PATH could be found first by the next call.
+    for folder in environ.get("PATH", "").split(os.pathsep):
+        for program in _HOOK_PROGRAMS:
+            files.add(_real(os.path.join(folder or ".", program)))
     shadowing = _import_path(files, trees)
     _native_code(files, trees)
     return Protected(
         frozenset(files), frozenset(trees), frozenset(settings), frozenset(secrets), shadowing
     )
 
+
+# The programs a hook command can start with: the console scripts and uv's launchers.
+_HOOK_PROGRAMS = ("charter-claude-hook", "charter-claude", "uv", "uvx")
 
 # Modules outside the standard library a hook process imports, some only on some calls (the
 # baseline, YAML for an unpinned policy file, a PostgreSQL driver), and the two modules
