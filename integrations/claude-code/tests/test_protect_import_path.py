@@ -108,6 +108,61 @@ def test_the_hook_programs_named_from_path_are_refused(claude):
     assert answer.json() == {}
 
 
+@pytest.mark.parametrize(
+    "command",
+    [
+        f"mv {SCRIPTS} /tmp/scripts && ln -s /tmp/evil {SCRIPTS}",
+        f"rm -rf {SCRIPTS}",
+        f"mv {Path(SCRIPTS).parent} /tmp/venv",
+        f"cp -rT /tmp/evil {Path(SCRIPTS).parent}",
+        "cd sub && rm -rf ..",
+        'mv "$CLAUDE_PROJECT_DIR" /tmp/elsewhere',
+        "rm -rf ~",
+    ],
+    ids=[
+        "replace-the-scripts-folder",
+        "remove-it",
+        "move-the-venv",
+        "copy-over-the-venv",
+        "remove-the-project",
+        "move-the-project",
+        "remove-home",
+    ],
+)
+def test_a_folder_holding_what_the_hook_runs_is_refused(claude, command):
+    # The folder is not protected itself, but moved away and replaced, everything the hook
+    # runs from it is the agent's: a protected path is only as safe as the folders above it.
+    (claude.project / "sub").mkdir()
+    answer = ask(claude, "Bash", {"command": command})
+    assert answer.permission == "deny", answer.json()
+    assert "charter-self-protection" in answer.reason
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "mkdir -p build && rm -rf build",
+        "touch notes.txt && mv notes.txt sub/ && mv sub/notes.txt .",
+        "ls .. && ls ~ && du -sh .",
+        f"ls {Path(SCRIPTS).parent} && du -sh {SCRIPTS}",
+        "find . -name __pycache__ -exec rm -rf {} +",
+    ],
+    ids=[
+        "a-build-folder",
+        "move-into-the-project",
+        "look-around",
+        "look-at-the-venv",
+        "clean-bytecode",
+    ],
+)
+def test_a_project_stays_workable(claude, command):
+    # (The example policy asks before a recursive delete: that is its rule, not this one.)
+    (claude.project / "sub").mkdir()
+    answer = ask(claude, "Bash", {"command": command})
+    assert answer.permission != "deny", answer.json()
+    assert "charter-self-protection" not in (answer.reason or ""), answer.json()
+
+
 def test_other_files_beside_the_console_script_stay_writable(claude, tmp_path):
     # Not a module name: nothing imports it, so it is no way into the hook.
     answer = ask(claude, "Bash", {"command": f"cp {tmp_path}/tool {SCRIPTS}/my-tool"})

@@ -16,7 +16,11 @@ parsed view of it (``properties.exec.shell``: words and redirection targets of e
 command, from the directory it runs in after ``cd``): every word
 after quote removal (and ``~`` / ``$HOME`` / ``$CLAUDE_PROJECT_DIR`` / ``$PWD`` expansion,
 globs expanded against the filesystem), and the parts of a word after ``=`` or ``:``, is
-taken as a path; one that is, or lies inside, a protected path is refused. A command that
+taken as a path; one that is, or lies inside, a protected path is refused. So is a folder
+that holds one (moved away and replaced, it replaces what it held): named by any command but
+a reader (``ls``, ``cat``, ...) where its parent is writable, except the working directory,
+the project, the home and the folders above them; and removed or moved away (``rm``, ``mv``,
+what core's view lists as deleted) whatever it is. A command that
 builds a path at run time (``$(...)``, a script it wrote, an interpreter's own string
 handling) is beyond any reading of its text: `charter claude install`'s pins and the trail
 anchor (see `_trust`) catch what such a command could change.
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -76,12 +80,13 @@ class Protected:
     ``__pycache__/json.cpython-311.pyc``: what the import system would load instead of the
     module). Immutable and compared by value."""
 
-    __slots__ = ("files", "secrets", "settings_dirs", "shadowing", "trees")
+    __slots__ = ("_holders", "files", "secrets", "settings_dirs", "shadowing", "trees")
     files: frozenset[str]
     trees: frozenset[str]
     settings_dirs: frozenset[str]
     secrets: frozenset[str]
     shadowing: tuple[tuple[str, frozenset[str]], ...]
+    _holders: frozenset[str] | None  # computed on first use by `holds`
 
     def __init__(
         self,
@@ -97,6 +102,7 @@ class Protected:
         set_(self, "settings_dirs", settings_dirs)
         set_(self, "secrets", secrets)
         set_(self, "shadowing", shadowing)
+        set_(self, "_holders", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"Protected is immutable: cannot set {name!r}")
@@ -132,6 +138,26 @@ class Protected:
             if inside or above:
                 return True
         return False
+
+    def holds(self, real: str) -> bool:
+        """Whether the folder `real` holds a protected path (is a proper ancestor of one):
+        moved away or removed, and replaced, it would replace what it held."""
+        holders = self._holders
+        if holders is None:
+            above: set[str] = set()
+            for path in (
+                *self.files,
+                *self.trees,
+                *self.settings_dirs,
+                *self.secrets,
+                # An entry of a shadowing folder: the folder (which ends in the separator)
+                # holds what it would shadow.
+                *(folder + "*" for folder, _ in self.shadowing),
+            ):
+                _up(os.path.dirname(path), above)
+            holders = frozenset(above)
+            object.__setattr__(self, "_holders", holders)
+        return real in holders
 
     def covers(self, real: str) -> bool:
         if real in self.files or real in self.settings_dirs:
@@ -399,8 +425,13 @@ def _candidates(word: str) -> list[str]:
 
 
 def _hits(
-    paths: Iterable[str], cwd: str, protected: Protected, where: Sequence[str] = ()
+    paths: Iterable[str],
+    cwd: str,
+    test: Callable[[str, str], bool],
+    where: Sequence[str] = (),
 ) -> list[str]:
+    """The real paths among `paths` (from `cwd`) and the [path, directory, ...] pairs of
+    `where` (globs expanded) for which `test(real, written)` holds."""
     found: list[str] = []
     pairs = [(p, cwd) for p in paths]
     pairs += list(zip(where[::2], where[1::2], strict=True))
@@ -416,9 +447,25 @@ def _hits(
             options += glob.glob(full, include_hidden=True)[:_GLOB_LIMIT]
         for option in options:
             real = _real(option)
-            if protected.covers(real) and real not in found:
+            if real not in found and test(real, option):
                 found.append(real)
     return found
+
+
+def _up(path: str, into: set[str]) -> None:
+    """Add `path` and every folder above it to `into`."""
+    while path not in into:  # up to the root, its own parent
+        into.add(path)
+        path = os.path.dirname(path)
+
+
+def _replaceable(real: str, written: str) -> bool:
+    """Whether the folder `real` (named as `written`) could be moved away and another put
+    in its place: its parent folder (or the one holding the symlink named) is writable."""
+    return any(
+        os.access(os.path.dirname(path) or os.sep, os.W_OK)
+        for path in (real, os.path.abspath(written))
+    )
 
 
 def touched(
@@ -437,7 +484,7 @@ def touched(
         value = tool_input.get(_FILE_TOOLS[tool_name])
         if not isinstance(value, str) or not value:
             return []
-        return _hits([_expand(value, cwd, environ)], cwd, protected)
+        return _hits([_expand(value, cwd, environ)], cwd, _covered(protected))
     if tool_name in _READ_TOOLS:
         value = tool_input.get(_READ_TOOLS[tool_name])
         if not isinstance(value, str) or not value:
@@ -454,17 +501,75 @@ def touched(
     for word in _words(command):
         for part in _candidates(_expand(word, cwd, environ)):
             paths.append(part)
-    return _hits(paths, cwd, protected, _view_words(view, cwd, environ))
+    words = _view_words(view, cwd, environ)
+    found = _hits(paths, cwd, _covered(protected), words)
+    # A folder holding a protected path is one too where the command could replace it:
+    # named by a command that is not only a reader (`ls`, `cat`, `du`, ...; any command when
+    # core could not parse the line), unless it is a folder the agent works in or above (the
+    # working directory, the project, the home: naming those is everyday work); and every
+    # folder a command removes or moves away, those included.
+    broad: set[str] = set()
+    for base in (cwd, environ.get("CLAUDE_PROJECT_DIR"), environ.get("HOME")):
+        if base:
+            _up(_real(base), broad)
+
+    def replaceable(real: str, written: str) -> bool:
+        return real not in broad and protected.holds(real) and _replaceable(real, written)
+
+    if isinstance(view, Mapping) and view.get("commands"):
+        writers = _view_words(view, cwd, environ, _READERS)
+        named = _hits((), cwd, replaceable, writers)
+    else:
+        named = _hits(paths, cwd, replaceable)
+    removed = _hits((), cwd, lambda real, _: protected.holds(real), _removed(view, cwd, environ))
+    for real in named + removed:
+        if real not in found:
+            found.append(real)
+    return found
 
 
-def _view_words(view: object, cwd: str, environ: Mapping[str, str]) -> list[str]:
+def _covered(protected: Protected) -> Callable[[str, str], bool]:
+    return lambda real, _: protected.covers(real)
+
+
+# Programs that only read what their words name: naming a folder holding a protected path
+# cannot replace it.
+_READERS = frozenset(
+    (
+        "cat",
+        "cd",
+        "diff",
+        "du",
+        "file",
+        "grep",
+        "head",
+        "less",
+        "ls",
+        "pwd",
+        "readlink",
+        "realpath",
+        "rg",
+        "stat",
+        "tail",
+        "tree",
+        "wc",
+    )
+)
+
+
+def _view_words(
+    view: object, cwd: str, environ: Mapping[str, str], readers: frozenset[str] = frozenset()
+) -> list[str]:
     """[path, directory, ...] from core's parsed view of the command
     (``properties.exec.shell``): each simple command's words and redirection targets,
-    relative to the directory it runs in after any ``cd``."""
+    relative to the directory it runs in after any ``cd``; none of a command whose program
+    is one of `readers` and that redirects nothing."""
     out: list[str] = []
     commands = view.get("commands") if isinstance(view, Mapping) else None
     for cmd in commands if isinstance(commands, list) else ():
         if not isinstance(cmd, Mapping):
+            continue
+        if cmd.get("program") in readers and not cmd.get("redirects"):
             continue
         base = cmd.get("cwd")
         where = cwd
@@ -478,6 +583,59 @@ def _view_words(view: object, cwd: str, environ: Mapping[str, str]) -> list[str]
             for part in _candidates(_expand(word, where, environ)):
                 out += [part, where]
     return out
+
+
+def _removed(view: object, cwd: str, environ: Mapping[str, str]) -> list[str]:
+    """[path, directory, ...]: what the command deletes by name (core's
+    ``properties.exec.shell.deletes``; not what a search deletes below a folder, as ``find
+    . -name __pycache__ -exec rm -rf {} +`` does, whose matches cannot be known from the
+    text) and the sources of every ``mv``."""
+    out: list[str] = []
+    if not isinstance(view, Mapping):
+        return out
+    named: list[tuple[object, object]] = []
+    for delete in view.get("deletes") or ():
+        if isinstance(delete, Mapping) and isinstance(delete.get("target"), str):
+            if not delete["target"].endswith("**"):
+                named.append((delete["target"], delete.get("cwd")))
+    for cmd in view.get("commands") or ():
+        if isinstance(cmd, Mapping) and cmd.get("program") == "mv":
+            argv = [w for w in cmd.get("argv") or () if isinstance(w, str)]
+            named += [(source, cmd.get("cwd")) for source in _mv_sources(argv[1:])]
+    for target, base in named:
+        where = cwd
+        if isinstance(base, str) and base:
+            where = os.path.join(cwd, _expand(base, cwd, environ))
+        out += [_expand(str(target), where, environ), where]
+    return out
+
+
+def _mv_sources(args: Sequence[str]) -> list[str]:
+    """The operands ``mv`` moves away: all but the last, or all of them with ``-t DIR``."""
+    operands: list[str] = []
+    target = False
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg == "--":
+            operands += args[i:]
+            break
+        if arg.startswith("--"):
+            target = target or arg.startswith("--target-directory")
+            if arg in ("--target-directory", "--suffix"):
+                i += 1  # its value is the next word
+        elif arg.startswith("-") and len(arg) > 1:
+            letters = arg[1:]
+            for k, letter in enumerate(letters):
+                if letter in "tS":
+                    target = target or letter == "t"
+                    if k == len(letters) - 1:
+                        i += 1  # its value is the next word, else the rest of this one
+                    break
+        else:
+            operands.append(arg)
+    return operands if target else operands[:-1]
 
 
 def describe(paths: Sequence[str]) -> str:
