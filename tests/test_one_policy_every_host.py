@@ -408,7 +408,14 @@ def test_claude_code_hooks_get_the_same_decisions_and_records(
             audit,
         )
     assert ran == ["ls"]
-    assert bash_steps(records(audit, "claude-agent")) == EXPECTED
+    # The hook adds its always-on self-protection policy, and `rm -rf /` removes the hook
+    # itself: the record names it next to the user's policy (the decision is the same).
+    expected = [
+        (*rest, ["charter-self-protection", *names] if command == "rm -rf /" else names)
+        for *rest, names in EXPECTED
+        for command in [rest[2]]
+    ]
+    assert bash_steps(records(audit, "claude-agent")) == expected
 
 
 @pytest.mark.block_network

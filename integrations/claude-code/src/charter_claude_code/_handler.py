@@ -281,6 +281,18 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
+def _other_blocks(decision: Blocked) -> str:
+    """The policies other than the always-on one that blocked the step, as
+    ``policy 'a' (why); policy 'b' (why)``; empty when there are none."""
+    if decision.result is None:
+        return ""
+    return "; ".join(
+        f"policy {r.name!r} ({_one_line(r.details or r.description or r.rule_type)})"
+        for r in decision.result.results
+        if r.violated and r.severity.value == "critical" and not r.ask and r.name != POLICY_NAME
+    )
+
+
 def _digest(tool_input: Mapping[str, Any]) -> str:
     """The digest a repeated tool_use_id must match to reuse an earlier decision."""
     import charter
@@ -643,6 +655,11 @@ class _Call:
                     f"({describe(protected)}); only a person may change Charter's policies, "
                     "settings and trail"
                 )
+                # The user's own policies that refused it too are named: `rm -rf /` is
+                # theirs to explain as well, and the always-on rule must not hide them.
+                also = _other_blocks(decision)
+                if also:
+                    why += "; also blocked by " + also
             return pre_tool_use(
                 "block",
                 f"Charter blocked this {tool_name} call: {why}. It did "
