@@ -410,10 +410,10 @@ def test_claude_code_hooks_get_the_same_decisions_and_records(
     assert ran == ["ls"]
     # The hook adds its always-on self-protection policy, and `rm -rf /` removes the hook
     # itself: the record names it next to the user's policy (the decision is the same).
+    always_on = "charter-self-protection"
     expected = [
-        (*rest, ["charter-self-protection", *names] if command == "rm -rf /" else names)
-        for *rest, names in EXPECTED
-        for command in [rest[2]]
+        (kind, name, command, outcome, [always_on, *names] if command == "rm -rf /" else names)
+        for kind, name, command, outcome, names in EXPECTED
     ]
     assert bash_steps(records(audit, "claude-agent")) == expected
 

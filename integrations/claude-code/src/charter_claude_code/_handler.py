@@ -284,12 +284,14 @@ def _one_line(text: str) -> str:
 def _other_blocks(decision: Blocked) -> str:
     """The policies other than the always-on one that blocked the step, as
     ``policy 'a' (why); policy 'b' (why)``; empty when there are none."""
+    from charter import Severity
+
     if decision.result is None:
         return ""
     return "; ".join(
         f"policy {r.name!r} ({_one_line(r.details or r.description or r.rule_type)})"
         for r in decision.result.results
-        if r.violated and r.severity.value == "critical" and not r.ask and r.name != POLICY_NAME
+        if r.violated and r.severity is Severity.CRITICAL and not r.ask and r.name != POLICY_NAME
     )
 
 
