@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.sha256 import sha256_hex
+from charter._model.stdjson import dumps as json_dumps
+from charter._model.stdjson import loads as json_loads
 from charter._runtime.atomic import write_atomically
 from charter._runtime.gate import (
     CLAIM_KEY,
@@ -125,6 +127,8 @@ __all__ = [
     "claim",
     "current_claim",
     "inherited_claim",
+    "json_dumps",
+    "json_loads",
     "message_step",
     "model_outcome",
     "model_step",

@@ -10,6 +10,7 @@ long anything takes.
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -27,7 +28,9 @@ from pathlib import Path
 # input of over 64 KiB to hash. Charter's value classes are not dataclasses (creating one compiles
 # its methods at import; `dataclasses` imports `inspect`, which imports ast, dis and tokenize),
 # orjson (whose start-up imports dataclasses, uuid and platform) loads after a few hundred
-# encodings, rfc8785 for a value only it encodes (a float in exponent form). Paths are text handled
+# encodings, rfc8785 for a value only it encodes (a float in exponent form); JSON is read and
+# written by json's C accelerator directly (`json_loads`, `json_dumps`: json's pure-Python
+# modules compile six regular expressions at import). Paths are text handled
 # with os.path: pathlib imports urllib.parse, which imports ipaddress, and a URL is parsed only when
 # a step or an audit location holds one. typing is imported for the type checker only
 # (`charter._model.structural` stands in at run time); base64 runs are decoded by binascii, glob
@@ -75,6 +78,7 @@ NOT_ON_THE_HOOK_PATH = (
     "importlib",
     "inspect",
     "ipaddress",
+    "json",
     "logging",
     "orjson",
     "pathlib",
@@ -96,15 +100,16 @@ NOT_ON_THE_HOOK_PATH = (
 # Runs the hook's main() in this process and writes the loaded modules out when it exits
 # (the hook ends with os._exit once its answer is out), and whether it compiled the secret
 # scanner (tens of milliseconds; a call whose texts the pre-filter clears never needs it).
+# (json is not imported here: the hook itself must not need it.)
 _RUN = """
-import json, os, sys
+import os, sys
 out = sys.argv.pop(1)
 real_exit = os._exit
 def dump(code):
     secrets = sys.modules.get("charter._policy.secrets")
     compiled = secrets is not None and secrets._all_shapes_scanner().compiled
     with open(out, "w", encoding="utf-8") as f:
-        json.dump({"modules": sorted(sys.modules), "scanner_compiled": compiled}, f)
+        f.write(repr({"modules": sorted(sys.modules), "scanner_compiled": compiled}))
     real_exit(code)
 os._exit = dump
 from charter_claude_code._hook import main
@@ -122,7 +127,7 @@ def _loaded(
     )
     assert done.returncode == 0, done.stderr.decode()
     answer = json.loads(done.stdout) if done.stdout.strip() else {}
-    found = json.loads(out.read_text(encoding="utf-8"))
+    found = ast.literal_eval(out.read_text(encoding="utf-8"))
     return answer, set(found["modules"]), found["scanner_compiled"]
 
 

@@ -9,11 +9,10 @@ digests and everything else that is hashed).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 
-from charter._model import fastjson
+from charter._model import fastjson, stdjson
 from charter._model.behavior import CLOSING_KINDS
 from charter._model.frozen import Frozen
 from charter._model.ijson import MAX_SAFE_INT, canonical_json, checked_copy
@@ -98,7 +97,7 @@ def decode_json(data: str | bytes) -> Any:
             return fastjson.loads(raw)
         except ValueError:
             pass
-    return json.loads(data, parse_int=_number)
+    return stdjson.loads(data, parse_int=_number)
 
 
 def decode_ijson(data: str | bytes) -> Any:
@@ -113,7 +112,7 @@ def decode_ijson(data: str | bytes) -> Any:
             return fastjson.loads(raw)
         except ValueError:
             pass
-    return checked_copy(json.loads(data, parse_int=_number), "record")
+    return checked_copy(stdjson.loads(data, parse_int=_number), "record")
 
 
 def canonical_bytes(entry: Mapping[str, Any]) -> bytes:

@@ -18,11 +18,10 @@ tests compare them. Anything else goes through `rfc8785`.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Callable, Iterable
 
-from charter._model import fastjson
+from charter._model import fastjson, stdjson
 from charter._model.sha256 import sha256_hex
 
 TYPE_CHECKING = False
@@ -127,6 +126,10 @@ def _float_name(value: float) -> str:
     return "Infinity" if value > 0 else "-Infinity"
 
 
+def _unreachable_default(value: Any) -> Any:
+    raise TypeError(f"{type(value).__name__} is not JSON (checked_copy refuses it first)")
+
+
 def _make_encoder() -> Callable[[Any], str]:
     """The stdlib encoder with RFC 8785's separators, sorted keys and no NaN.
 
@@ -134,15 +137,19 @@ def _make_encoder() -> Callable[[Any], str]:
     every call, which costs as much as encoding a small record). No circular-reference
     markers are needed: values reach it only after `_safe_values` has walked them.
     """
-    fallback = json.JSONEncoder(
-        ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
-    ).encode
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:
+
+    def fallback(value: Any) -> str:
+        return stdjson.dumps(
+            value, ensure_ascii=False, sort_keys=True, separators=(",", ":"), allow_nan=False
+        )
+
+    try:
+        import _json  # json's C accelerator, which json itself builds this encoder from
+    except ImportError:
         return fallback
     try:
-        encode = make(
-            None, None, json.encoder.encode_basestring, None, ":", ",", True, False, False
+        encode = _json.make_encoder(
+            None, _unreachable_default, _json.encode_basestring, None, ":", ",", True, False, False
         )
 
         def fast(value: Any) -> str:
@@ -156,7 +163,7 @@ def _make_encoder() -> Callable[[Any], str]:
 
 
 _encode = _make_encoder()
-_encode_str: Callable[[str], str] = json.encoder.encode_basestring
+_encode_str: Callable[[str], str] = stdjson.escape
 
 
 def _safe_values(values: Iterable[Any]) -> bool:

@@ -8,11 +8,11 @@ without touching its code. Every refusal names the setting in both spellings
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 
+from charter._model import stdjson
 from charter._model.frozen import Frozen
 from charter._model.identifiers import check_identifier
 from charter._policy.policy import Policy
@@ -122,7 +122,7 @@ _POLICIES_ACCEPTED = (
 def _policies(value: Any) -> tuple[Policy | Mapping[str, Any], ...]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = stdjson.loads(value)
         except ValueError:
             raise ValueError(_POLICIES_ACCEPTED) from None
     if isinstance(value, Mapping | str | bytes) or not isinstance(value, Iterable):

@@ -20,9 +20,9 @@ what an index's state means changes, so that no process loads a state another ve
 
 from __future__ import annotations
 
-import json
 import os
 
+from charter._model import stdjson
 from charter._model.sha256 import compare_digest, hmac_sha256_hex, sha256_hex
 from charter._runtime.atomic import write_atomically
 from charter._runtime.project_files import ensure_secret, private_dir, read_secret, serve_dir
@@ -72,7 +72,7 @@ class HistorySnapshots:
         if not sep or not compare_digest(mac, self._sign(body).encode("ascii")):
             return None
         try:
-            found = json.loads(body)
+            found = stdjson.loads(body)
         except ValueError:
             return None
         if not (
@@ -101,7 +101,7 @@ class HistorySnapshots:
         """Write the snapshot of `history` (`PolicyEngine.export_task`) for this chain head,
         replacing the task's previous one; returns whether it was written (never raises)."""
         try:
-            body = json.dumps(
+            body = stdjson.dumps(
                 {
                     "format": FORMAT,
                     "agent_id": agent_id,

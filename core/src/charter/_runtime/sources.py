@@ -9,7 +9,6 @@ is saved to the cache (when configured) and used at startup when the files canno
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -17,6 +16,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from charter._engine.engine import PolicyEngine
+from charter._model import stdjson
 from charter._model.errors import PolicyLoadError
 from charter._policy.policy import Policy, compile_policies
 from charter._runtime.atomic import write_atomically
@@ -208,7 +208,7 @@ class PolicySources:
                 "monitor": self.manifests_monitor,
                 "policies": [p.to_dict() for p in self._engine.policies],
             }
-            text = json.dumps(payload, indent=1, sort_keys=True)
+            text = stdjson.dumps(payload, indent=1, sort_keys=True)
             write_atomically(self._cache, text.encode("utf-8"))
         except Exception as exc:  # the cache only helps later starts; it must not stop this one
             report_internal_error(exc, "policy cache write")
@@ -221,7 +221,7 @@ class PolicySources:
         why = f"{self._kind}: {self._detail}" if self._kind else None
         try:
             with open(self._cache, encoding="utf-8") as f:
-                data = json.loads(f.read())
+                data = stdjson.loads(f.read())
             if not isinstance(data, dict) or data.get("charter_policy_cache") != _CACHE_FORMAT:
                 raise ValueError("not a Charter policy cache")
             saved = datetime.fromisoformat(data["saved_at"]).timestamp()

@@ -10,7 +10,7 @@ exit 2 means "refuse" (PreToolUse, UserPromptSubmit). For Stop and SubagentStop,
 
 from __future__ import annotations
 
-import json
+import sys
 
 __all__ = [
     "BLOCKABLE_EVENTS",
@@ -84,11 +84,21 @@ class HookAnswer:
 
     def json(self) -> dict[str, object]:
         """The parsed stdout (an empty object when there is none)."""
+        import json
+
         return json.loads(self.stdout) if self.stdout.strip() else {}
 
 
 def _dump(data: dict[str, object]) -> str:
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    # On the judging path Charter's codec is loaded and json is not (importing it would cost
+    # every call milliseconds); an answer written before Charter loads, or when it cannot,
+    # uses json itself.
+    integration = sys.modules.get("charter.integration")
+    if integration is None:
+        import json
+
+        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    return str(integration.json_dumps(data, ensure_ascii=False, separators=(",", ":")))
 
 
 def silent() -> HookAnswer:

@@ -32,12 +32,11 @@ the side state before the lock is released.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Mapping
 
-from charter.integration import Answer, Blocked, Gate, Pending, Step, sha256_hex
+from charter.integration import Answer, Blocked, Gate, Pending, Step, json_dumps, sha256_hex
 
 from charter_claude_code._answers import (
     HOOK_EVENTS,
@@ -271,7 +270,7 @@ def _key(event: Mapping[str, Any]) -> str:
     tuid = event.get("tool_use_id")
     if isinstance(tuid, str) and tuid:
         return tuid
-    blob = json.dumps(
+    blob = json_dumps(
         [event.get("tool_name"), event.get("tool_input")], sort_keys=True, default=str
     )
     return "h-" + sha256_hex(blob.encode("utf-8", "surrogatepass"))[:32]

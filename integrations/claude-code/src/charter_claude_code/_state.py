@@ -17,11 +17,10 @@ would. The lock dies with its process, so a killed hook never leaves it held.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
-from charter.integration import sha256_hex, write_atomically
+from charter.integration import json_dumps, json_loads, sha256_hex, write_atomically
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -193,7 +192,7 @@ class SessionState:
         except (OSError, UnicodeDecodeError) as exc:
             raise StateError(f"the session state {path} cannot be read ({exc})") from None
         try:
-            data = json.loads(text)
+            data = json_loads(text)
             if not isinstance(data, dict) or data.get("format") != _FORMAT:
                 raise ValueError("not a Charter session state")
             state = cls(
@@ -217,7 +216,7 @@ class SessionState:
         return state
 
     def to_json(self) -> str:
-        return json.dumps(
+        return json_dumps(
             {
                 "format": _FORMAT,
                 "session_id": self.session_id,

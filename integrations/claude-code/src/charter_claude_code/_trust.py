@@ -41,11 +41,10 @@ the always-on rule (`_protect`).
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 
-from charter.integration import sha256_hex, write_atomically
+from charter.integration import json_dumps, json_loads, sha256_hex, write_atomically
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -216,7 +215,7 @@ def build_record(
 def record_bytes(record: Mapping[str, Any]) -> bytes:
     """The bytes a record is kept as, and its pin hashed from: JSON, ASCII only (so any
     string encodes), with the keys in the record's own order."""
-    return json.dumps(dict(record), separators=(",", ":")).encode("ascii")
+    return json_dumps(dict(record), separators=(",", ":")).encode("ascii")
 
 
 def pin_of(record: Mapping[str, Any]) -> str:
@@ -258,7 +257,7 @@ def read_record(state_dir: str | os.PathLike[str], pin: str) -> dict[str, Any] |
     if "sha256:" + sha256_hex(raw) != pin:
         return None
     try:
-        data = json.loads(raw)
+        data = json_loads(raw)
     except ValueError:
         return None
     # The bytes are the pinned ones; a first-format record's canonical bytes would be too.
@@ -273,7 +272,7 @@ def older_record(state_dir: str | os.PathLike[str], pin: str) -> bool:
     """Whether the copy kept for `pin` is a first-format record with that canonical digest
     (pinned by an earlier Charter), for saying so when it cannot be used."""
     try:
-        data = json.loads(_read_bytes(_record_path(state_dir, pin)))
+        data = json_loads(_read_bytes(_record_path(state_dir, pin)))
         return (
             isinstance(data, dict)
             and data.get("format") == _CANONICAL_FORMAT
