@@ -133,6 +133,13 @@ def test_an_unserializable_value_gets_jsons_error_and_a_default_runs_once() -> N
     assert _outcome(stdjson.dumps, circular) == _outcome(json.dumps, circular)
 
 
+def _in_a_fresh_process(code: str) -> str:
+    """What `code` prints, run by a new interpreter (which has imported nothing yet)."""
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+
+
 def test_the_first_error_in_a_fresh_process_is_jsons_own() -> None:
     # The C scanner finds its exception class in json.decoder, which nothing has imported yet.
     code = (
@@ -143,9 +150,7 @@ def test_the_first_error_in_a_fresh_process_is_jsons_own() -> None:
         "    except Exception as exc:\n"
         "        print(type(exc).__name__, exc)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = _in_a_fresh_process(code)
     expected = []
     for text in ("{bad", "[1,", '"abc'):
         with pytest.raises(json.JSONDecodeError) as caught:
@@ -162,9 +167,7 @@ def test_reading_and_writing_does_not_import_json() -> None:
         "back = stdjson.loads(text.encode())\n"
         "print(text, back == {'a': 'é', 'b': [1, 2.5, None, True]}, 'json' in sys.modules)\n"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = _in_a_fresh_process(code)
     text, same, imported = out.rsplit(" ", 2)
     assert text == json.dumps({"b": [1, 2.5, None, True], "a": "é"}, sort_keys=True)
     assert (same, imported) == ("True", "False\n")

@@ -120,18 +120,14 @@ def dumps(
 ) -> str:
     """`json.dumps(value, ...)` with the same keywords: the text, or json's own TypeError,
     ValueError or RecursionError."""
+    keywords: dict[str, Any] = {
+        "ensure_ascii": ensure_ascii,
+        "separators": separators,
+        "sort_keys": sort_keys,
+        "allow_nan": allow_nan,
+    }
     if other or _json is None:
-        return str(
-            _json_module().dumps(
-                value,
-                ensure_ascii=ensure_ascii,
-                separators=separators,
-                sort_keys=sort_keys,
-                allow_nan=allow_nan,
-                default=default,
-                **other,
-            )
-        )
+        return str(_json_module().dumps(value, default=default, **keywords, **other))
     escape = _json.encode_basestring_ascii if ensure_ascii else _json.encode_basestring
     if isinstance(value, str):
         return str(escape(value))
@@ -152,15 +148,7 @@ def dumps(
     except (TypeError, ValueError, RecursionError):
         if default is not None:  # a default with effects must not run twice
             raise
-        return str(
-            _json_module().dumps(
-                value,
-                ensure_ascii=ensure_ascii,
-                separators=separators,
-                sort_keys=sort_keys,
-                allow_nan=allow_nan,
-            )
-        )
+        return str(_json_module().dumps(value, **keywords))
 
 
 def _json_module() -> Any:
