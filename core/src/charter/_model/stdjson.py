@@ -71,11 +71,11 @@ def loads(text: str | bytes | bytearray, *, parse_int: Callable[[str], Any] | No
             text = bytes(text).decode("utf-8", "surrogatepass")
         except UnicodeDecodeError:
             return _json_module().loads(text, parse_int=parse_int)
+    if text.startswith("\ufeff"):  # json refuses it, with its own message
+        return _json_module().loads(text, parse_int=parse_int)
     scan = _SCAN if parse_int is None else _json.make_scanner(_Decoding(parse_int))
     start = len(text) - len(text.lstrip(_SPACE))
     try:
-        if text.startswith("\ufeff"):
-            raise ValueError("a byte-order mark")
         value, end = scan(text, start)
     # SystemError: the scanner's first error in a process that has not imported json.decoder
     # (where its exception class lives) comes out as "returned NULL without setting an

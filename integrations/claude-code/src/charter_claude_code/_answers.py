@@ -18,6 +18,7 @@ __all__ = [
     "HookAnswer",
     "blocked_prompt",
     "failure",
+    "json_text",
     "last_resort",
     "notice",
     "pre_tool_use",
@@ -89,16 +90,23 @@ class HookAnswer:
         return json.loads(self.stdout) if self.stdout.strip() else {}
 
 
-def _dump(data: dict[str, object]) -> str:
-    # On the judging path Charter's codec is loaded and json is not (importing it would cost
-    # every call milliseconds); an answer written before Charter loads, or when it cannot,
-    # uses json itself.
+def json_text(data: object, **keywords: object) -> str:
+    """`json.dumps(data, **keywords)`, by Charter's codec when it is loaded.
+
+    On the judging path Charter's codec is loaded and json is not (importing it would cost
+    every call milliseconds); text written before Charter loads, or when it cannot, comes
+    from json itself.
+    """
     integration = sys.modules.get("charter.integration")
     if integration is None:
         import json
 
-        return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
-    return str(integration.json_dumps(data, ensure_ascii=False, separators=(",", ":")))
+        return json.dumps(data, **keywords)  # type: ignore[arg-type]
+    return str(integration.json_dumps(data, **keywords))
+
+
+def _dump(data: dict[str, object]) -> str:
+    return json_text(data, ensure_ascii=False, separators=(",", ":"))
 
 
 def silent() -> HookAnswer:

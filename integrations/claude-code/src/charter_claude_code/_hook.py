@@ -265,17 +265,11 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         answer = failure(event_hint, f"internal error ({type(exc).__name__}: {exc})")
     stderr = answer.stderr
     if timings is not None:
-        # Charter's codec when it loaded: importing json would add to the time measured.
-        integration = sys.modules.get("charter.integration")
-        if integration is not None:
-            dumps = integration.json_dumps
-        else:
-            import json
+        from charter_claude_code._answers import json_text
 
-            dumps = json.dumps
         timings["total_cpu"] = time.process_time() * 1000
         timings["total_wall"] = (time.perf_counter() - started) * 1000
-        stderr += "\ncharter-timings " + dumps({k: round(v, 2) for k, v in timings.items()})
+        stderr += "\ncharter-timings " + json_text({k: round(v, 2) for k, v in timings.items()})
     emitter.emit(answer.exit_code, answer.stdout, stderr)
 
 
