@@ -61,6 +61,8 @@ _llms: dict[int, list[Any]] = {}
 # The governed class made for each LlamaIndex class, and the original of each made one.
 _made: dict[type, type] = {}
 _original: dict[type, type] = {}
+# (original class, method name) -> the attribute found on it (see `_original_method`).
+_descriptors: dict[tuple[type, str], Any] = {}
 
 # Set while a governed model call runs: the LLM's inner calls (achat -> chat) are its own.
 _in_model: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -141,6 +143,22 @@ def _base(obj: Any) -> type:
     return _original.get(type(obj), type(obj))
 
 
+def _original_method(obj: Any, name: str) -> Any:
+    """The original class's `name`, bound to `obj` as ``obj.name`` binds it ungoverned.
+
+    Not ``Base.name(obj, ...)``: LlamaIndex's span decorator (wrapt) turns a method called
+    through its class into a ``functools.partial``, whose signature it then works out on
+    every call, twice as slow as a bound method's and once more for every span inside.
+    """
+    base = _base(obj)
+    found = _descriptors.get((base, name))
+    if found is None:
+        # The first class of the MRO that defines `name`, as attribute lookup finds it.
+        found = next(vars(k)[name] for k in base.__mro__ if name in vars(k))
+        _descriptors[(base, name)] = found
+    return found.__get__(obj, base)
+
+
 def _governance_of(obj: Any) -> Governance | None:
     with _lock:
         entry = _owners.get(id(obj))
@@ -151,20 +169,20 @@ def _governance_of(obj: Any) -> Governance | None:
 
 def _run(self: Any, *args: Any, **kwargs: Any) -> Any:
     governance = _governance_of(self)
-    base = _base(self)
+    original = _original_method(self, "run")
     if governance is None:
-        return base.run(self, *args, **kwargs)
-    return governance._run(self, base, args, kwargs)
+        return original(*args, **kwargs)
+    return governance._run(self, original, args, kwargs)
 
 
 async def _call_tool(self: Any, ctx: Any, tool: Any, tool_input: dict[str, Any]) -> Any:
-    base = _base(self)
+    original = _original_method(self, "_call_tool")
     run = _current_run()
     if run is None:
-        return await base._call_tool(self, ctx, tool, tool_input)
+        return await original(ctx, tool, tool_input)
     agent = await li.current_agent_name(self, ctx)
     return await run.governance._tool(
-        run, ctx, tool, tool_input, agent, lambda args: base._call_tool(self, ctx, tool, args)
+        run, ctx, tool, tool_input, agent, lambda args: original(ctx, tool, args)
     )
 
 
@@ -274,15 +292,15 @@ def _refusal(decision: Blocked | Pending, what: str = "a model call") -> Blocked
 
 
 def _chat(self: Any, messages: Any, **kwargs: Any) -> Any:
-    base = _base(self)
+    original = _original_method(self, "chat")
     found = _model_gate(self, messages, kwargs)
     if found is None:
-        return base.chat(self, messages, **kwargs)
+        return original(messages, **kwargs)
     gate = found[0].governance.gate
     handle = _decided_sync(found)
     token = _in_model.set(True)
     try:
-        response = base.chat(self, messages, **kwargs)
+        response = original(messages, **kwargs)
     except BaseException as exc:
         gate.fail(handle, exc)
         raise
@@ -293,15 +311,15 @@ def _chat(self: Any, messages: Any, **kwargs: Any) -> Any:
 
 
 async def _achat(self: Any, messages: Any, **kwargs: Any) -> Any:
-    base = _base(self)
+    original = _original_method(self, "achat")
     found = _model_gate(self, messages, kwargs)
     if found is None:
-        return await base.achat(self, messages, **kwargs)
+        return await original(messages, **kwargs)
     gate = found[0].governance.gate
     handle = await _decided(found)
     token = _in_model.set(True)
     try:
-        response = await base.achat(self, messages, **kwargs)
+        response = await original(messages, **kwargs)
     except BaseException as exc:
         await gate.afail(handle, exc)
         raise
@@ -312,15 +330,15 @@ async def _achat(self: Any, messages: Any, **kwargs: Any) -> Any:
 
 
 def _stream_chat(self: Any, messages: Any, **kwargs: Any) -> Any:
-    base = _base(self)
+    original = _original_method(self, "stream_chat")
     found = _model_gate(self, messages, kwargs)
     if found is None:
-        return base.stream_chat(self, messages, **kwargs)
+        return original(messages, **kwargs)
     gate = found[0].governance.gate
     handle = _decided_sync(found)
     token = _in_model.set(True)
     try:
-        stream = base.stream_chat(self, messages, **kwargs)
+        stream = original(messages, **kwargs)
     except BaseException as exc:
         gate.fail(handle, exc)
         raise
@@ -341,15 +359,15 @@ def _stream_chat(self: Any, messages: Any, **kwargs: Any) -> Any:
 
 
 async def _astream_chat(self: Any, messages: Any, **kwargs: Any) -> Any:
-    base = _base(self)
+    original = _original_method(self, "astream_chat")
     found = _model_gate(self, messages, kwargs)
     if found is None:
-        return await base.astream_chat(self, messages, **kwargs)
+        return await original(messages, **kwargs)
     gate = found[0].governance.gate
     handle = await _decided(found)
     token = _in_model.set(True)
     try:
-        stream = await base.astream_chat(self, messages, **kwargs)
+        stream = await original(messages, **kwargs)
     except BaseException as exc:
         await gate.afail(handle, exc)
         raise
@@ -466,7 +484,10 @@ class Governance:
 
     # -- runs ------------------------------------------------------------------------------------
 
-    def _run(self, workflow: Any, base: type, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _run(
+        self, workflow: Any, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """The workflow's own `run` (`original`, bound) as one Charter task."""
         ctx = kwargs.get("ctx")
         if ctx is None and args and li.is_context(args[0]):
             ctx = args[0]
@@ -484,7 +505,7 @@ class Governance:
             task_id = started
             self._user_message(task_id, args, kwargs)
         try:
-            handler = base.run(workflow, *args, **kwargs)
+            handler = original(*args, **kwargs)
         except BaseException as exc:
             if task_id is not None and nested is None:
                 self.gate.end_task(task_id, exc)
