@@ -556,7 +556,7 @@ class Gate:
         """
         try:
             b = self._behavior(step, task_id)
-            got = self.governor._drive(self.governor._flow(b), pause=pause)
+            got = self.governor._decide(b, pause)
         except BlockedError as exc:
             return Blocked(step, exc.reason, exc.result)
         except Exception as exc:
@@ -569,7 +569,7 @@ class Gate:
         """`decide` for async code (async approvers are awaited, sync ones run in a thread)."""
         try:
             b = self._behavior(step, task_id)
-            got = await self.governor._adrive(self.governor._flow(b), pause=pause)
+            got = await self.governor._adecide(b, pause)
         except BlockedError as exc:
             return Blocked(step, exc.reason, exc.result)
         except Exception as exc:

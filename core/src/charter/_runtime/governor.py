@@ -864,13 +864,9 @@ class Governor:
         b = self.build_step(
             kind, verb, name=name, input=input, properties=properties, task_id=task_id
         )
-        result = self.runner.evaluate(b)
-        if result.decision is _ASK:
-            asked = self._drive(self._flow(b, result))
-            assert isinstance(asked, EvalResult)  # without pause the approver answers asks
-            return StepHandle(self, b, asked)
-        # What the flow does with a decision that needs no approval, without its driver.
-        return StepHandle(self, b, self._concluded(b, result))
+        result = self._decide(b)
+        assert isinstance(result, EvalResult)  # without pause the approver answers asks
+        return StepHandle(self, b, result)
 
     async def abegin_step(
         self,
@@ -886,7 +882,7 @@ class Governor:
         b = self.build_step(
             kind, verb, name=name, input=input, properties=properties, task_id=task_id
         )
-        result = await self._adrive(self._flow(b))
+        result = await self._adecide(b)
         assert isinstance(result, EvalResult)  # without pause the approver answers asks
         return StepHandle(self, b, result)
 
@@ -990,6 +986,25 @@ class Governor:
             if result.decision is _ASK:
                 # One approval round per step: the approval just given authorises this run.
                 result = yield _Call(self.runner.authorize, (b, result))
+        return self._concluded(b, result)
+
+    def _decide(self, b: Behavior, pause: bool = False) -> EvalResult | ApprovalRequest:
+        """`b`'s decision flow driven to its end (see `_drive`). A step nothing asks about
+        (nearly every one) is concluded without the flow's generator: it would only hand the
+        evaluation back."""
+        result = self.runner.evaluate(b)
+        if result.decision is _ASK:
+            return self._drive(self._flow(b, result), pause)
+        return self._concluded(b, result)
+
+    async def _adecide(self, b: Behavior, pause: bool = False) -> EvalResult | ApprovalRequest:
+        """`_decide` for async code: in sync durability the evaluation (which commits the
+        intent) runs off the event loop, as every store write of the flow does."""
+        if self.runner.settings.audit_durability == "sync":
+            return await self._adrive(self._flow(b), pause)
+        result = self.runner.evaluate(b)
+        if result.decision is _ASK:
+            return await self._adrive(self._flow(b, result), pause)
         return self._concluded(b, result)
 
     def _concluded(self, b: Behavior, result: EvalResult) -> EvalResult:
