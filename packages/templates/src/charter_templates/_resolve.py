@@ -207,12 +207,18 @@ def _pick(args: Mapping[str, Any], names: tuple[str, ...]) -> str | list[str] | 
     Anything else (bytes, numbers, objects) is skipped so properties stay JSON-safe; str
     subclasses are copied with `str.__str__` because their own `__str__` may return anything.
     """
+    # A plain dict is asked with `get`: most names are absent, and a KeyError raised and
+    # caught for each (a tool call resolves about 25 of them) cost more than the rest.
+    plain = type(args) is dict
     for key in names:
-        try:
-            value = args[key]
-        except Exception:
-            # Framework args may be any Mapping; one that fails to answer counts as absent.
-            continue
+        if plain:
+            value = args.get(key)
+        else:
+            try:
+                value = args[key]
+            except Exception:
+                # Framework args may be any Mapping; one that fails to answer counts as absent.
+                continue
         if isinstance(value, str):
             return str.__str__(value)
         if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
