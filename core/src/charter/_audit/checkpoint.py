@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol, runtime_checkable
 
+from charter._audit.base import StoreError
 from charter._audit.chain import canonical_json, decode_json
 from charter._audit.signing import SigningKey
 from charter._model.ijson import MAX_SAFE_INT
@@ -33,6 +34,7 @@ __all__ = [
     "Checkpoint",
     "CheckpointExporter",
     "JsonlCheckpointFile",
+    "checkpoint_rows",
     "is_checkpoint_line",
     "read_checkpoint_file",
     "sign_head",
@@ -43,6 +45,40 @@ CHECKPOINT_KEY = "charter.checkpoint"
 _PREFIX = b'{"' + CHECKPOINT_KEY.encode() + b'"'
 _HEX = frozenset("0123456789abcdef")
 _FIELDS = ("agent_id", "task_id", "seq", "hash", "time", "key_id")
+
+
+def checkpoint_rows(
+    checkpoints: Sequence[Mapping[str, Any]],
+) -> list[tuple[str | None, str | None, int | None, bytes]]:
+    """What a store keeps of each checkpoint wire form: (agent_id, task_id, seq, its
+    canonical JSON), the ids and seq None where the checkpoint does not carry them as a str
+    and an int.
+
+    Raises StoreError naming the first checkpoint that is not a ``{CHECKPOINT_KEY: {...}}``
+    object or not I-JSON: a store then keeps none of them.
+    """
+    rows = []
+    for index, wire in enumerate(checkpoints):
+        body = wire.get(CHECKPOINT_KEY) if isinstance(wire, Mapping) else None
+        if not isinstance(body, Mapping):
+            raise StoreError(
+                f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
+                "object; nothing was kept"
+            )
+        try:
+            text = canonical_json(wire)
+        except ValueError as exc:
+            raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
+        agent_id, task_id, seq = body.get("agent_id"), body.get("task_id"), body.get("seq")
+        rows.append(
+            (
+                agent_id if isinstance(agent_id, str) else None,
+                task_id if isinstance(task_id, str) else None,
+                seq if type(seq) is int else None,
+                text,
+            )
+        )
+    return rows
 
 
 def _is_hex(text: str, length: int) -> bool:

@@ -56,7 +56,7 @@ from charter._audit.chain import (
     is_closing,
     seal,
 )
-from charter._audit.checkpoint import CHECKPOINT_KEY, is_checkpoint_line
+from charter._audit.checkpoint import CHECKPOINT_KEY, checkpoint_rows, is_checkpoint_line
 from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
 from charter._audit.verify import RecordedHead, StoredRow, build_report, check_chain, row_from_entry
 
@@ -379,17 +379,7 @@ class JsonlStore:
     def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
         """Append signed checkpoints as lines under the file lock, fsync once; see
         AuditStore.add_checkpoints. A failed write is cut back, so nothing is left."""
-        lines = []
-        for index, wire in enumerate(checkpoints):
-            if not isinstance(wire, Mapping) or not isinstance(wire.get(CHECKPOINT_KEY), Mapping):
-                raise StoreError(
-                    f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
-                    "object; nothing was kept"
-                )
-            try:
-                lines.append(canonical_json(wire) + b"\n")
-            except ValueError as exc:
-                raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
+        lines = [text + b"\n" for *_, text in checkpoint_rows(checkpoints)]
         if not lines:
             return
         with self._lock:

@@ -62,23 +62,16 @@ from charter._audit.base import (
 from charter._audit.chain import (
     ChainHead,
     PreparedEntry,
-    canonical_json,
     check_seq,
     decode_json,
     seal,
 )
-from charter._audit.checkpoint import CHECKPOINT_KEY
+from charter._audit.checkpoint import checkpoint_rows
 from charter._audit.postgresql_counters import MIGRATION as _COUNTERS_MIGRATION
 from charter._audit.postgresql_counters import PostgresCounters
-from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
+from charter._audit.report import TaskSummary, VerifyReport
 from charter._audit.url import display_location
-from charter._audit.verify import (
-    RecordedHead,
-    build_report,
-    chains_of,
-    check_chain,
-    check_stored_chain,
-)
+from charter._audit.verify import RecordedHead, check_stored_chains
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore"]
 
@@ -683,9 +676,6 @@ class PostgresStore:
     ) -> VerifyReport:
         where = "" if task_id is None else " WHERE task_id = %s"
         params: tuple[str, ...] = () if task_id is None else (task_id,)
-        breaks: list[tuple[tuple[int, int], ChainBreak]] = []
-        gaps: list[Gap] = []
-        steps = 0
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         try:
             recorded: dict[tuple[str, str], tuple[int, RecordedHead]] = {
@@ -696,7 +686,6 @@ class PostgresStore:
                     params,
                 )
             }
-            seen: set[tuple[str, str]] = set()
             with conn.cursor(name="charter_verify") as cursor:
                 cursor.itersize = 2000
                 cursor.execute(
@@ -704,50 +693,23 @@ class PostgresStore:
                     "ORDER BY agent_id, task_id, seq".encode(),
                     params,
                 )
-                for key, rows in chains_of(cursor, _COLUMNS):
-                    seen.add(key)
-                    steps += len(rows)
-                    found = check_stored_chain(key, rows, recorded.get(key), gaps, "charter_chains")
-                    if found is not None:
-                        breaks.append(found)
+                return check_stored_chains(
+                    cursor, _COLUMNS, recorded, "charter_chains", task_id, self.location
+                )
         finally:
             conn.rollback()
-        for key, (order, head) in recorded.items():
-            if key not in seen:
-                problem = check_chain(key[0], key[1], [], head)
-                if problem is not None:
-                    breaks.append(((0, order), problem))
-        chains = len(seen | recorded.keys())
-        if task_id is not None and not chains:
-            raise StoreError(f"task {task_id!r} is not in {self.location}")
-        breaks.sort(key=lambda item: item[0])
-        return build_report(chains, steps, [b for _, b in breaks], (), gaps)
 
     def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
         """Insert signed checkpoints with one statement; see AuditStore.add_checkpoints."""
-        columns: tuple[list[Any], ...] = ([], [], [], [])
-        for index, wire in enumerate(checkpoints):
-            body = wire.get(CHECKPOINT_KEY) if isinstance(wire, Mapping) else None
-            if not isinstance(body, Mapping):
-                raise StoreError(
-                    f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
-                    "object; nothing was kept"
-                )
-            try:
-                text = canonical_json(wire).decode("utf-8")
-            except ValueError as exc:
-                raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
-            seq = body.get("seq")
-            values = (
-                body.get("agent_id") if isinstance(body.get("agent_id"), str) else None,
-                body.get("task_id") if isinstance(body.get("task_id"), str) else None,
-                seq if type(seq) is int else None,
-                text,
-            )
-            for column, value in zip(columns, values, strict=True):
-                column.append(value)
-        if not columns[0] and not columns[3]:
+        rows = checkpoint_rows(checkpoints)
+        if not rows:
             return
+        columns = (
+            [agent_id for agent_id, _, _, _ in rows],
+            [task_id for _, task_id, _, _ in rows],
+            [seq for _, _, seq, _ in rows],
+            [text.decode() for _, _, _, text in rows],
+        )
 
         def write(conn: psycopg.Connection[tuple[Any, ...]], _: bool) -> None:
             conn.execute(

@@ -40,7 +40,6 @@ from charter._audit.base import (
 from charter._audit.chain import (
     ChainHead,
     PreparedEntry,
-    canonical_json,
     check_seq,
     decode_json,
     seal_after,
@@ -52,7 +51,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from charter._audit.report import ChainBreak, Gap, TaskSummary, VerifyReport
+    from charter._audit.report import TaskSummary, VerifyReport
     from charter._audit.sqlite_counters import SQLiteCounters
 
 __all__ = ["APPLICATION_ID", "SCHEMA_VERSION", "SQLiteStore"]
@@ -374,19 +373,10 @@ class SQLiteStore:
 
         Raises StoreError when `task_id` is given and neither its records nor its head exist.
         """
-        from charter._audit.verify import (
-            RecordedHead,
-            build_report,
-            chains_of,
-            check_chain,
-            check_stored_chain,
-        )
+        from charter._audit.verify import RecordedHead, check_stored_chains
 
         where = "" if task_id is None else " WHERE task_id = ?"
         params: tuple[str, ...] = () if task_id is None else (task_id,)
-        breaks: list[tuple[tuple[int, int], ChainBreak]] = []
-        gaps: list[Gap] = []
-        steps = 0
         with self._connection() as conn:
             conn.execute("BEGIN")
             try:
@@ -403,43 +393,17 @@ class SQLiteStore:
                     "ORDER BY agent_id, task_id, seq",
                     params,
                 )
-                seen: set[tuple[str, str]] = set()
-                for key, rows in chains_of(cursor, _COLUMNS):
-                    seen.add(key)
-                    steps += len(rows)
-                    found = check_stored_chain(key, rows, recorded.get(key), gaps, "chains")
-                    if found is not None:
-                        breaks.append(found)
+                return check_stored_chains(
+                    cursor, _COLUMNS, recorded, "chains", task_id, self.location
+                )
             finally:
                 conn.execute("COMMIT")
-        for key, (order, head) in recorded.items():
-            if key not in seen:
-                problem = check_chain(key[0], key[1], [], head)
-                if problem is not None:
-                    breaks.append(((0, order), problem))
-        chains = len(seen | recorded.keys())
-        if task_id is not None and not chains:
-            raise StoreError(f"task {task_id!r} is not in {self.location}")
-        breaks.sort(key=lambda item: item[0])
-        return build_report(chains, steps, [b for _, b in breaks], (), gaps)
 
     def add_checkpoints(self, checkpoints: Sequence[Mapping[str, Any]]) -> None:
         """Insert signed checkpoints in one transaction; see AuditStore.add_checkpoints."""
-        from charter._audit.checkpoint import CHECKPOINT_KEY
+        from charter._audit.checkpoint import checkpoint_rows
 
-        rows = []
-        for index, wire in enumerate(checkpoints):
-            body = wire.get(CHECKPOINT_KEY) if isinstance(wire, Mapping) else None
-            if not isinstance(body, Mapping):
-                raise StoreError(
-                    f"checkpoint {index + 1} of {len(checkpoints)} is not a {CHECKPOINT_KEY} "
-                    "object; nothing was kept"
-                )
-            try:
-                text = canonical_json(wire).decode("utf-8")
-            except ValueError as exc:
-                raise StoreError(f"checkpoint {index + 1} was refused: {exc}") from None
-            rows.append((body.get("agent_id"), body.get("task_id"), body.get("seq"), text))
+        rows = [(*ids, text.decode()) for *ids, text in checkpoint_rows(checkpoints)]
         if not rows:
             return
         with self._connection() as conn:

@@ -35,7 +35,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from charter._audit.base import GAP_KEY
+from charter._audit.base import GAP_KEY, StoreError
 from charter._audit.chain import decode_json, entry_hash, is_closing
 from charter._audit.report import BreakReason, ChainBreak, Gap, VerifyReport
 
@@ -46,6 +46,7 @@ __all__ = [
     "chains_of",
     "check_chain",
     "check_stored_chain",
+    "check_stored_chains",
     "declared_gaps",
     "row_from_entry",
     "stored_row",
@@ -335,3 +336,39 @@ def check_stored_chain(
         )
     found = check_chain(key[0], key[1], rows, recorded[1], gaps)
     return None if found is None else ((0, recorded[0]), found)
+
+
+def check_stored_chains(
+    rows: Iterable[Sequence[Any]],
+    columns: Sequence[str],
+    recorded: Mapping[tuple[str, str], tuple[int, RecordedHead]],
+    heads_table: str,
+    task_id: str | None,
+    location: str,
+) -> VerifyReport:
+    """The report of a database store: `rows` (ordered by agent_id, task_id, seq, as
+    `chains_of` takes them) checked chain by chain against the heads `recorded` in
+    `heads_table` (id order, head), and every recorded head without records.
+
+    Raises StoreError when `task_id` is given and neither its records nor its head exist.
+    """
+    breaks: list[tuple[tuple[int, int], ChainBreak]] = []
+    gaps: list[Gap] = []
+    steps = 0
+    seen: set[tuple[str, str]] = set()
+    for key, chain in chains_of(rows, columns):
+        seen.add(key)
+        steps += len(chain)
+        found = check_stored_chain(key, chain, recorded.get(key), gaps, heads_table)
+        if found is not None:
+            breaks.append(found)
+    for key, (order, head) in recorded.items():
+        if key not in seen:
+            problem = check_chain(key[0], key[1], [], head)
+            if problem is not None:
+                breaks.append(((0, order), problem))
+    chains = len(seen | recorded.keys())
+    if task_id is not None and not chains:
+        raise StoreError(f"task {task_id!r} is not in {location}")
+    breaks.sort(key=lambda item: item[0])
+    return build_report(chains, steps, [b for _, b in breaks], (), gaps)
