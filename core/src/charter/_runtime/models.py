@@ -583,13 +583,24 @@ class ModelCall:
             self.failed(exc)
             raise
         finally:
-            if not self._settled:
-                if seen == 0 and not complete:
-                    self.abandoned()
-                else:
-                    verdicts = self.finish(self._reply(reply, complete))
-                    if done is not None:
-                        done(verdicts)
+            self._stream_ended(seen, complete, reply, done)
+
+    def _stream_ended(
+        self,
+        seen: int,
+        complete: bool,
+        reply: Callable[[bool], ModelReply],
+        done: Callable[[tuple[ToolVerdict, ...]], None] | None,
+    ) -> None:
+        """Settle the call when its stream ended (see `stream`), unless it is settled."""
+        if self._settled:
+            return
+        if seen == 0 and not complete:
+            self.abandoned()
+            return
+        verdicts = self.finish(self._reply(reply, complete))
+        if done is not None:
+            done(verdicts)
 
     async def astream(
         self,
@@ -615,10 +626,4 @@ class ModelCall:
             self.failed(exc)
             raise
         finally:
-            if not self._settled:
-                if seen == 0 and not complete:
-                    self.abandoned()
-                else:
-                    verdicts = self.finish(self._reply(reply, complete))
-                    if done is not None:
-                        done(verdicts)
+            self._stream_ended(seen, complete, reply, done)
