@@ -61,8 +61,6 @@ _llms: dict[int, list[Any]] = {}
 # The governed class made for each LlamaIndex class, and the original of each made one.
 _made: dict[type, type] = {}
 _original: dict[type, type] = {}
-# (original class, method name) -> the attribute found on it (see `_original_method`).
-_descriptors: dict[tuple[type, str], Any] = {}
 
 # Set while a governed model call runs: the LLM's inner calls (achat -> chat) are its own.
 _in_model: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -144,19 +142,15 @@ def _base(obj: Any) -> type:
 
 
 def _original_method(obj: Any, name: str) -> Any:
-    """The original class's `name`, bound to `obj` as ``obj.name`` binds it ungoverned.
+    """The original class's `name`, bound to `obj` as ``obj.name`` binds it ungoverned
+    (looked up on every call, so a method patched on the class later is the one called).
 
     Not ``Base.name(obj, ...)``: LlamaIndex's span decorator (wrapt) turns a method called
     through its class into a ``functools.partial``, whose signature it then works out on
     every call, twice as slow as a bound method's and once more for every span inside.
     """
     base = _base(obj)
-    found = _descriptors.get((base, name))
-    if found is None:
-        # The first class of the MRO that defines `name`, as attribute lookup finds it.
-        found = next(vars(k)[name] for k in base.__mro__ if name in vars(k))
-        _descriptors[(base, name)] = found
-    return found.__get__(obj, base)
+    return getattr(base, name).__get__(obj, base)
 
 
 def _governance_of(obj: Any) -> Governance | None:
