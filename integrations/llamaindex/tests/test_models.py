@@ -120,3 +120,28 @@ def test_a_model_call_charter_cannot_describe_follows_the_fail_mode(
             assert llm.calls == []
         else:
             assert str(run(lambda: agent.run(user_msg="hi"))) == "hello"
+
+
+def test_a_method_patched_on_the_llm_class_later_is_the_one_called(governor, monkeypatch) -> None:
+    # Another instrumentation (or a test) may wrap the LLM class's method after governance
+    # was installed: a governed call must run that wrapper, not the method found first.
+    class LLM(ScriptedLLM):
+        pass
+
+    llm = LLM(["first answer", "second answer"])
+    agent = FunctionAgent(tools=[], llm=llm, streaming=False)
+    gov = governor([])
+    wrapped: list[int] = []
+    with govern(agent, governor=gov):
+        run(lambda: agent.run(user_msg="one"))
+        original = LLM.achat
+
+        async def counted(self, messages, **kwargs):
+            wrapped.append(len(messages))
+            return await original(self, messages, **kwargs)
+
+        monkeypatch.setattr(LLM, "achat", counted)
+        result = run(lambda: agent.run(user_msg="two"))
+    assert str(result) == "second answer"
+    assert len(wrapped) == 1
+    assert len(steps(trail(gov), "step.model")) == 2
