@@ -280,8 +280,11 @@ class _Draft(Frozen):
     EvalResult's class (the layouts are the same, so CPython allows it)."""
 
     __slots__ = EvalResult.__slots__
-    # object's own: plain slot assignment, in C (Frozen's refuses).
+    # object's own: plain slot assignment, in C (Frozen's refuses). Both, because one type
+    # slot serves assignment and deletion: with Frozen's __delattr__ kept, every assignment
+    # went through a Python-level lookup of __setattr__ (about 2.5x a plain slot's cost).
     __setattr__ = object.__setattr__  # type: ignore[assignment]
+    __delattr__ = object.__delattr__
 
 
 def _verdict(
@@ -1064,13 +1067,13 @@ def _field_paths(prepared: Any) -> tuple[FieldPath, ...]:
         elif (
             depth > 8
             or value is None
-            or isinstance(value, str | bytes | int | float | type | types.ModuleType)
+            or isinstance(value, (str, bytes, int, float, type, types.ModuleType))
             or callable(value)
         ):
             continue
         elif isinstance(value, dict):
             stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list | tuple | set | frozenset):
+        elif isinstance(value, (list, tuple, set, frozenset)):
             stack.extend((v, depth + 1) for v in value)
         else:  # slots (a slotted dataclass's too) and the instance dict hold every field
             for klass in kind.__mro__:
