@@ -145,7 +145,7 @@ def prepare_batch(entries: Sequence[Mapping[str, Any] | PreparedEntry]) -> list[
     redacted itself, for a store class that sets ``_takes_prepared``) is taken as it is.
     Raises StoreError naming the first refused entry (by position) and why.
     """
-    if isinstance(entries, Mapping | str | bytes):
+    if isinstance(entries, (Mapping, str, bytes)):
         raise StoreError("append takes a sequence of entries, not a single entry")
     prepared: list[PreparedEntry] = []
     total = len(entries)

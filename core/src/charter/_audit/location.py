@@ -189,7 +189,7 @@ def verify(
             raise ValueError(
                 f"cannot read checkpoint file {os.path.abspath(path)}: {exc.strerror or exc}"
             ) from None
-    if isinstance(location_or_store, str | os.PathLike):
+    if isinstance(location_or_store, (str, os.PathLike)):
         store = open_existing_store(os.fspath(location_or_store))
         try:
             return _verify_open(store, task_id, loaded, sources)

@@ -312,7 +312,7 @@ def _step(raw: Any, index: int, where: str, integration: str, problems: _Problem
         problems.add(f"{where}.approve", "must be true or false")
         approve = None
     wait = raw.get("wait", 1)
-    if isinstance(wait, bool) or not isinstance(wait, int | float) or wait < 0:
+    if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
         problems.add(f"{where}.wait", "must be a number of seconds (0 or more)")
         wait = 1
     at = _timestamp(raw["at"], f"{where}.at", problems) if "at" in raw else None

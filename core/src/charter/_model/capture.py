@@ -229,13 +229,13 @@ class _Capture:
             return float(v) if math.isfinite(v) else repr(float(v))
         if isinstance(v, enum.Enum):
             return self.run(v.value, depth, seen, path)
-        if isinstance(v, _dt.datetime | _dt.date | _dt.time):
+        if isinstance(v, (_dt.datetime, _dt.date, _dt.time)):
             return v.isoformat()
         if isinstance(v, _dt.timedelta):
             return v.total_seconds()
         if isinstance(v, complex) or _is_loaded(v, _STRINGIFIED):
             return str(v)
-        if isinstance(v, bytes | bytearray | memoryview):
+        if isinstance(v, (bytes, bytearray, memoryview)):
             # Judged as the text a tool would act on: a shell reads b"rm -rf /" as rm -rf /.
             raw = bytes(v)
             if self.max_string is not None and len(raw) > self.max_string:
@@ -257,9 +257,9 @@ class _Capture:
     def container(self, v: Any, depth: int, seen: set[int], path: Any) -> Any:
         if isinstance(v, Mapping):
             return self.mapping(v.items(), len(v), depth, seen, path)
-        if isinstance(v, list | tuple | frozenset | set):
+        if isinstance(v, (list, tuple, frozenset, set)):
             items = list(v)
-            if isinstance(v, set | frozenset):
+            if isinstance(v, (set, frozenset)):
                 items.sort(key=repr)
             return self.sequence(items, depth, seen, path)
         # dataclasses.is_dataclass's own test: a value can only be a dataclass instance when

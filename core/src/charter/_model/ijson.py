@@ -294,7 +294,7 @@ def _lenient(value: Any, out: list[str]) -> list[str]:
             out.append(_jcs(float(value)).decode("ascii"))
         else:
             out.append(_float_name(value))
-    elif isinstance(value, list | tuple):
+    elif isinstance(value, (list, tuple)):
         out.append("[")
         for index, item in enumerate(value):
             if index:

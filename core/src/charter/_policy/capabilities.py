@@ -447,7 +447,7 @@ def _parse_constraint(
 def _is_scalar(value: Any) -> bool:
     if isinstance(value, float):
         return math.isfinite(value)
-    return value is None or isinstance(value, str | bool | int)
+    return value is None or isinstance(value, (str, bool, int))
 
 
 # -- layers --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ __all__ = ["check_params"]
 _TYPES: dict[str, Callable[[Any], bool]] = {
     "string": lambda v: isinstance(v, str),
     "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
-    "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
     "boolean": lambda v: isinstance(v, bool),
     "array": lambda v: isinstance(v, list),
     "object": lambda v: isinstance(v, dict),
@@ -76,7 +76,7 @@ def _conforms(v: Any, schema: dict[str, Any], check_condition: ConditionChecker 
                 return False
     if "enum" in schema and v not in schema["enum"]:
         return False
-    if isinstance(v, int | float) and not isinstance(v, bool):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
         if "minimum" in schema and v < schema["minimum"]:
             return False
         if "maximum" in schema and v > schema["maximum"]:
@@ -158,7 +158,7 @@ def _check(
         allowed = ", ".join(repr(e) for e in schema["enum"])
         errors.append(f"{path}: {v!r:.60} is not one of {allowed}")
         return
-    if isinstance(v, int | float) and not isinstance(v, bool):
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
         if "minimum" in schema and v < schema["minimum"]:
             errors.append(f"{path}: {v} is below the minimum {schema['minimum']}")
         if "maximum" in schema and v > schema["maximum"]:

@@ -831,7 +831,7 @@ def _select(shapes: Collection[str] | None) -> _Scanner | None:
     # A bare string is a Collection[str] of characters; read it as one shape name.
     if isinstance(shapes, str):
         shapes = (shapes,)
-    return _select_names(shapes if isinstance(shapes, tuple | frozenset) else tuple(shapes))
+    return _select_names(shapes if isinstance(shapes, (tuple, frozenset)) else tuple(shapes))
 
 
 @functools.cache

@@ -1116,7 +1116,7 @@ class Gate:
         risk = verdict.get("risk_score")
         result = EvalResult(
             EngineDecision.ASK,
-            float(risk) if isinstance(risk, int | float) else 1.0,
+            float(risk) if isinstance(risk, (int, float)) else 1.0,
             tuple(found),
             b.action_id,
             None,

@@ -1250,7 +1250,7 @@ def _planned(planner: Any, request: str) -> GrantLayer:
             if callable(close):
                 close()
             raise TypeError("it returned an awaitable; a planner is called synchronously")
-        if not isinstance(answer, Grant | Mapping):
+        if not isinstance(answer, (Grant, Mapping)):
             raise TypeError(f"it returned {type(answer).__name__}, not a grant mapping")
         return GrantLayer("planner", Grant.from_document(answer, "planner grant"))
     except Exception as exc:

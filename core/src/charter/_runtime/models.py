@@ -87,7 +87,7 @@ def tool_call(name: Any, arguments: Any, id: Any = None) -> ToolCall:
     if arguments is None or (isinstance(arguments, str) and not arguments.strip()):
         return ToolCall(str(name), {}, call_id)
     try:
-        parsed = json.loads(arguments) if isinstance(arguments, str | bytes) else arguments
+        parsed = json.loads(arguments) if isinstance(arguments, (str, bytes)) else arguments
     except ValueError as exc:
         return ToolCall(str(name), {}, call_id, f"the arguments are not valid JSON ({exc})")
     if not isinstance(parsed, Mapping):

@@ -115,7 +115,7 @@ def checkpoints_from_spans(spans: Sequence[Mapping[str, Any]]) -> list[Checkpoin
         body = {
             "agent_id": attrs.get("charter.agent_id"),
             "task_id": attrs.get("charter.task_id"),
-            "seq": int(seq) if isinstance(seq, int | str) and str(seq).isdigit() else seq,
+            "seq": int(seq) if isinstance(seq, (int, str)) and str(seq).isdigit() else seq,
             "hash": attrs.get("charter.hash"),
             "time": attrs.get("charter.checkpoint.time"),
             "key_id": attrs.get("charter.checkpoint.key_id"),
@@ -664,7 +664,7 @@ class OtlpExporter:
         if _text(record.get("action_id")):
             attrs["charter.action_id"] = record["action_id"]
         risk = verdict.get("risk_score")
-        if isinstance(risk, int | float) and not isinstance(risk, bool):
+        if isinstance(risk, (int, float)) and not isinstance(risk, bool):
             attrs["charter.risk_score"] = float(risk)
         if names:
             attrs["gen_ai.security.policy.id"] = names[0]
@@ -703,7 +703,7 @@ class OtlpExporter:
                 "charter.severity": severity,
                 "charter.ask": bool(v.get("ask")),
             }
-            if isinstance(risk, int | float) and not isinstance(risk, bool):
+            if isinstance(risk, (int, float)) and not isinstance(risk, bool):
                 finding["gen_ai.security.risk.score"] = float(risk)
             if self.payloads and v.get("details") not in (None, "", []):
                 finding["charter.details"] = _json(v.get("details"))
@@ -883,6 +883,6 @@ def _model_attrs(operation: str, name: str, model: Mapping[str, Any]) -> dict[st
     if isinstance(params, Mapping):
         for key, attr in _PARAMS.items():
             value = params.get(key)
-            if isinstance(value, int | float) and not isinstance(value, bool):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 attrs[attr] = value
     return attrs

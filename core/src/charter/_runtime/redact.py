@@ -105,7 +105,7 @@ def _json_type(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    if isinstance(value, int | float):
+    if isinstance(value, (int, float)):
         return "number"
     if isinstance(value, str):
         return "string"

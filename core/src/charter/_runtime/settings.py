@@ -73,7 +73,7 @@ def _number(minimum: float, inclusive: bool) -> Callable[[Any], float]:
 
 def _count(value: Any) -> int:
     try:
-        if isinstance(value, bool | float):
+        if isinstance(value, (bool, float)):
             raise TypeError
         number = int(value.strip() if isinstance(value, str) else value)
     except (TypeError, ValueError):
@@ -86,7 +86,7 @@ def _count(value: Any) -> int:
 def _names(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         items: list[Any] = [part.strip() for part in value.split(",")]
-    elif isinstance(value, Iterable) and not isinstance(value, Mapping | bytes):
+    elif isinstance(value, Iterable) and not isinstance(value, (Mapping, bytes)):
         items = list(value)
     else:
         raise ValueError("a list of names, or names separated by commas")
@@ -125,10 +125,10 @@ def _policies(value: Any) -> tuple[Policy | Mapping[str, Any], ...]:
             value = stdjson.loads(value)
         except ValueError:
             raise ValueError(_POLICIES_ACCEPTED) from None
-    if isinstance(value, Mapping | str | bytes) or not isinstance(value, Iterable):
+    if isinstance(value, (Mapping, str, bytes)) or not isinstance(value, Iterable):
         raise ValueError(_POLICIES_ACCEPTED)
     items = tuple(value)
-    if not all(isinstance(item, Policy | Mapping) for item in items):
+    if not all(isinstance(item, (Policy, Mapping)) for item in items):
         raise ValueError(_POLICIES_ACCEPTED)
     return items
 

@@ -66,7 +66,7 @@ def shared_counts(meta: Mapping[str, Any]) -> dict[str, float]:
     for c in counts if isinstance(counts, list) else ():
         if isinstance(c, Mapping) and isinstance(c.get("key"), str):
             before = c.get("before")
-            if isinstance(before, int | float) and not isinstance(before, bool):
+            if isinstance(before, (int, float)) and not isinstance(before, bool):
                 out[c["key"]] = before
     return out
 
@@ -217,7 +217,7 @@ def _entries(meta: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             isinstance(e, dict)
             and isinstance(e.get("id"), str)
             and isinstance(e.get("key"), str)
-            and isinstance(e.get("amount"), int | float)
+            and isinstance(e.get("amount"), (int, float))
         ):
             out.append(e)
     return out

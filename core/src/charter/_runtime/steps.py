@@ -97,7 +97,7 @@ def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": framework}
     for key, value in (ids or {}).items():
         if value is not None:
-            out[str(key)] = value if isinstance(value, str | int | bool) else str(value)
+            out[str(key)] = value if isinstance(value, (str, int, bool)) else str(value)
     return out
 
 

@@ -97,7 +97,7 @@ class Governance(SDKClientGovernance):
 
     def is_read(self, result: Any) -> bool:
         """with_raw_response (the body is read already); with_streaming_response is not."""
-        return isinstance(result, APIResponse | AsyncAPIResponse) and bool(
+        return isinstance(result, (APIResponse, AsyncAPIResponse)) and bool(
             result.http_request.headers.get(RAW_RESPONSE_HEADER) == "raw"
         )
 
@@ -208,7 +208,7 @@ def govern(
     `agent_id`, ...) and an optional `approver`. Refuses (TypeError) anything but an Anthropic
     client, (ValueError) a client governed already and what `charter.Governor` refuses.
     """
-    if not isinstance(client, anthropic.Anthropic | anthropic.AsyncAnthropic):
+    if not isinstance(client, (anthropic.Anthropic, anthropic.AsyncAnthropic)):
         raise TypeError(
             "charter_anthropic.govern() takes an anthropic.Anthropic or anthropic.AsyncAnthropic "
             f"client, not {type(client).__name__}"

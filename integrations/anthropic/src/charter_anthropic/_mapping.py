@@ -65,7 +65,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def request_step(body: Mapping[str, Any], ids: Mapping[str, Any]) -> Step:
     """The ``step.model`` intent of one Messages request body."""
-    params = {k: body[k] for k in _PARAMS if isinstance(body.get(k), str | int | float | bool)}
+    params = {k: body[k] for k in _PARAMS if isinstance(body.get(k), (str, int, float, bool))}
     tools = [
         str(t.get("name") or t.get("type") or "?")
         for t in body.get("tools") or ()

@@ -174,7 +174,7 @@ def diagnose(
             continue
         timeout = hook.get("timeout")
         deadline = _deadline_of(str(hook.get("command")))
-        if isinstance(timeout, int | float) and timeout <= deadline:
+        if isinstance(timeout, (int, float)) and timeout <= deadline:
             report.add(
                 "FAIL",
                 f"hook {event}",

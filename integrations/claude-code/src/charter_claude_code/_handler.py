@@ -218,7 +218,7 @@ def handle_event(
     except Exception as exc:  # the hook's one promise: never a crash, never a silent allow
         from charter_claude_code._trust import TrustError
 
-        if isinstance(exc, TrustError | _Untrusted) and name not in (None, "PreToolUse"):
+        if isinstance(exc, (TrustError, _Untrusted)) and name not in (None, "PreToolUse"):
             return notice(name, f"Charter is not governing: {_describe(exc)}")
         return failure(name, _describe(exc))
 

@@ -193,7 +193,7 @@ def ops(service: Any) -> dict[str, Any]:
                 "one in that project (charter serve --project-dir ...)"
             )
         started = None
-        if isinstance(budget, int | float) and 0 < budget < config.deadline:
+        if isinstance(budget, (int, float)) and 0 < budget < config.deadline:
             # The client waits `budget` seconds, then judges in-process: answer before that.
             started = time.monotonic() - (config.deadline - float(budget))
         answer = handle_event(

@@ -782,7 +782,7 @@ def govern(
     Governor raises for bad settings or policies.
     """
     crewai = load()
-    if not isinstance(target, crewai.crew_type | crewai.base_agent_type):
+    if not isinstance(target, (crewai.crew_type, crewai.base_agent_type)):
         raise TypeError(
             f"govern() takes a crewai.Crew or a crewai Agent, not {type(target).__name__}"
         )

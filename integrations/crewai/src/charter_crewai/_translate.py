@@ -125,7 +125,7 @@ def messages(raw: Any) -> list[dict[str, Any]]:
     """CrewAI's messages as ``[{role, content, ...}]``. A ReAct turn CrewAI extended with
     ``Observation: <result>`` becomes the model's turn followed by the tool's message."""
     out: list[dict[str, Any]] = []
-    for m in raw if isinstance(raw, list | tuple) else ():
+    for m in raw if isinstance(raw, (list, tuple)) else ():
         if not isinstance(m, Mapping):
             out.append(chat_message("user", m))
             continue
@@ -178,7 +178,7 @@ def model_step(gate: Gate, ctx: Any) -> Step:
     params = {
         k: v
         for k in ("temperature", "max_tokens")
-        if isinstance(v := getattr(llm, k, None), int | float)
+        if isinstance(v := getattr(llm, k, None), (int, float))
     }
     agent = getattr(ctx, "agent", None)
     tools = [t for t in (text(getattr(t, "name", None)) for t in _tools(agent)) if t]
@@ -187,7 +187,7 @@ def model_step(gate: Gate, ctx: Any) -> Step:
     if type(iterations) is int:
         ids["iteration"] = iterations
     raw = getattr(ctx, "messages", None)
-    raw = raw if isinstance(raw, list | tuple) else ()
+    raw = raw if isinstance(raw, (list, tuple)) else ()
     # Only the model's last turn on is converted (`new_messages` keeps what follows it);
     # the earlier messages are counted, not converted again on every call of a long run.
     start = next((i for i in range(len(raw) - 1, -1, -1) if _is_assistant(raw[i])), 0)

@@ -423,6 +423,6 @@ def _user_words(inputs: Any) -> list[Any]:
     ``messages`` (an agent's or a chat graph's input), or of a list of messages."""
     if isinstance(inputs, Mapping):
         inputs = inputs.get("messages")
-    if isinstance(inputs, str) or not isinstance(inputs, list | tuple):
+    if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)):
         return []
     return ci.user_inputs(inputs)

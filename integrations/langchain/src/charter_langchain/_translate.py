@@ -260,7 +260,7 @@ def tool_outcome(result: Any) -> tuple[dict[str, Any], str | None]:
 def jsonish(value: Any) -> Any:
     if isinstance(value, Mapping):
         return {str(k): jsonish(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return [jsonish(v) for v in value]
     if isinstance(getattr(value, "type", None), str) and hasattr(value, "content"):
         return message_json(value)

@@ -752,7 +752,7 @@ def _user_words(input: Any) -> list[Any]:
     messages = input.get("messages") if isinstance(input, Mapping) else None
     if isinstance(messages, str):
         return [messages]
-    if not isinstance(messages, list | tuple):
+    if not isinstance(messages, (list, tuple)):
         return []
     return user_inputs(messages)
 

@@ -42,7 +42,7 @@ def parse_rule(value: Any, where: str) -> NodeRule:
         if "kind" not in value:
             raise ValueError(f"{where}: missing kind; write e.g. {{'kind': 'step.resource'}}")
         kind, verb, properties = value["kind"], value.get("verb"), value.get("properties") or {}
-    elif isinstance(value, tuple | list) and len(value) == 2:
+    elif isinstance(value, (tuple, list)) and len(value) == 2:
         kind, verb = value
     else:
         raise ValueError(

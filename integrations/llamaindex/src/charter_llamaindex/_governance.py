@@ -260,7 +260,7 @@ def _decided_sync(found: tuple[_Run, Step]) -> StepHandle | None:
             raise started.error()
         run.task_id = task = started
     decision = gate.decide(step, task)
-    if isinstance(decision, Blocked | Pending):
+    if isinstance(decision, (Blocked, Pending)):
         raise _refusal(decision).error()
     return decision.handle
 
@@ -272,7 +272,7 @@ async def _decided(found: tuple[_Run, Step]) -> StepHandle | None:
     if isinstance(task, Blocked):
         raise task.error()
     decision = await gate.adecide(step, task)
-    if isinstance(decision, Blocked | Pending):
+    if isinstance(decision, (Blocked, Pending)):
         raise _refusal(decision).error()
     return decision.handle
 
@@ -521,7 +521,7 @@ class Governance:
             return
         step = message_step("llamaindex", "GET", "user", content, name="user_message")
         decision = self.gate.decide(step, task_id)
-        if isinstance(decision, Blocked | Pending):
+        if isinstance(decision, (Blocked, Pending)):
             error = _refusal(decision, "a user message").error()
             self.gate.end_task(task_id, error)
             raise error
@@ -692,7 +692,7 @@ def govern_tools(
     Governor's approver answers. Refuses (TypeError) something that is not a list of tools
     or functions."""
     li.load()
-    if isinstance(tools, str | bytes) or not isinstance(tools, Sequence):
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, Sequence):
         raise TypeError(f"govern_tools() takes a list of tools, not {type(tools).__name__}")
     gate = Gate("llamaindex", governor=governor, approver=approver, **settings)
     governance = Governance(None, gate, owns_governor=governor is None)

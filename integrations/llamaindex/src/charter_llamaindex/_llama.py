@@ -146,7 +146,7 @@ def is_agent(obj: Any) -> bool:
 def is_agent_like(obj: Any) -> bool:
     """An agent or an AgentWorkflow: it calls tools through ``_call_tool``."""
     mods = load().agents
-    return isinstance(obj, mods.BaseWorkflowAgent | mods.AgentWorkflow)
+    return isinstance(obj, (mods.BaseWorkflowAgent, mods.AgentWorkflow))
 
 
 def is_context(obj: Any) -> bool:
@@ -230,7 +230,7 @@ def result_output(result: Any) -> dict[str, Any]:
         if isinstance(agent, str):
             out["agent"] = agent
         return out
-    return {"result": value if isinstance(value, str | int | float | bool) else str(value)}
+    return {"result": value if isinstance(value, (str, int, float, bool)) else str(value)}
 
 
 # -- tools -------------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def _sync_call(governance: Governance, tool: Any, args: tuple[Any, ...], kwargs:
         return refused(tool, tool_input, task.reason)
     step = tr.tool_step(gate, tool, tool_input, None, ids)
     decision = gate.decide(step, task)
-    if isinstance(decision, Blocked | Pending):
+    if isinstance(decision, (Blocked, Pending)):
         reason = decision.reason if isinstance(decision, Blocked) else "needs approval"
         return refused(tool, tool_input, reason)
     try:

@@ -95,7 +95,7 @@ def tool_output(output: Any) -> dict[str, Any]:
             continue
         entry: dict[str, Any] = {"id": str(ident)}
         score = getattr(node, "score", None)
-        if isinstance(score, int | float):
+        if isinstance(score, (int, float)):
             entry["score"] = float(score)
         sources.append(entry)
     if sources:
@@ -104,7 +104,7 @@ def tool_output(output: Any) -> dict[str, Any]:
 
 
 def _plain(value: Any) -> bool:
-    return value is None or isinstance(value, str | int | float | bool | dict | list)
+    return value is None or isinstance(value, (str, int, float, bool, dict, list))
 
 
 def _role(message: Any) -> str:
@@ -206,7 +206,7 @@ def model_step(
         if _role(messages[i]) == "assistant":
             last = i
             break
-    params = {k: v for k in _PARAMS if isinstance(v := getattr(llm, k, None), int | float)}
+    params = {k: v for k in _PARAMS if isinstance(v := getattr(llm, k, None), (int, float))}
     return build_model_step(
         gate.framework,
         model_name(llm, cls),

@@ -178,7 +178,7 @@ class Governance:
         found = _mapping.calls_of(source)
         if found is not None:
             return found
-        if isinstance(source, types.GeneratorType | types.AsyncGeneratorType):
+        if isinstance(source, (types.GeneratorType, types.AsyncGeneratorType)):
             return tuple(v.call for v in tool_verdicts(source))
         raise TypeError(
             f"cannot read tool calls from {type(source).__name__}: pass a ChatResponse, a "
@@ -225,7 +225,7 @@ def govern(
     """
     if client is None or client is ollama:
         client = ollama._client
-    if not isinstance(client, ollama.Client | ollama.AsyncClient):
+    if not isinstance(client, (ollama.Client, ollama.AsyncClient)):
         raise TypeError(
             "charter_ollama.govern() takes an ollama.Client, an ollama.AsyncClient or the "
             f"ollama module, not {type(client).__name__}"

@@ -28,9 +28,9 @@ def endpoint(url: str) -> str | None:
 
 def _params(body: Mapping[str, Any]) -> dict[str, Any]:
     options = body.get("options") if isinstance(body.get("options"), Mapping) else {}
-    out = {k: options[k] for k in _OPTIONS if isinstance(options.get(k), str | int | float | bool)}
+    out = {k: options[k] for k in _OPTIONS if isinstance(options.get(k), (str, int, float, bool))}
     for key in ("stream", "think", "keep_alive"):
-        if isinstance(body.get(key), str | int | float | bool):
+        if isinstance(body.get(key), (str, int, float, bool)):
             out[key] = body[key]
     if body.get("format"):
         out["format"] = body["format"] if isinstance(body["format"], str) else "json_schema"

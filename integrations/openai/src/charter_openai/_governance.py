@@ -149,7 +149,7 @@ def govern(
     `agent_id`, ...) and an optional `approver`. Refuses (TypeError) anything but an OpenAI
     client, (ValueError) a client governed already and what `charter.Governor` refuses.
     """
-    if not isinstance(client, openai.OpenAI | openai.AsyncOpenAI):
+    if not isinstance(client, (openai.OpenAI, openai.AsyncOpenAI)):
         raise TypeError(
             f"charter_openai.govern() takes an openai.OpenAI or openai.AsyncOpenAI client, "
             f"not {type(client).__name__}"

@@ -48,7 +48,7 @@ def _params(body: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key in _PARAMS:
         value = body.get(key)
-        if isinstance(value, str | int | float | bool):
+        if isinstance(value, (str, int, float, bool)):
             out[key] = value
         elif key == "tool_choice" and isinstance(value, Mapping):
             fn = value.get("function")

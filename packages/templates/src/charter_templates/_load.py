@@ -290,7 +290,7 @@ def _props(check: _Check, entry: Mapping[str, Any], where: str) -> PropSpec:
     section_where = f"{where}.set" if where else "set"
     for path, value in _mapping(check, entry.get("set", {}), section_where, "set").items():
         here = claim(path, "set")
-        if not isinstance(value, str | int | float | bool) and value is not None:
+        if not isinstance(value, (str, int, float, bool)) and value is not None:
             check.fail(here, f"{_describe(value)} is not a plain value", "use a string or number")
         sets[path] = value
     section_where = f"{where}.field_trust" if where else "field_trust"

@@ -221,7 +221,7 @@ def _pick(args: Mapping[str, Any], names: tuple[str, ...]) -> str | list[str] | 
                 continue
         if isinstance(value, str):
             return str.__str__(value)
-        if isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
             return [str.__str__(v) for v in value]
     return None
 

@@ -93,7 +93,7 @@ def numbers_at(path: FieldPath, step: Behavior) -> tuple[float, list[Any]]:
     total: float = 0
     bad: list[Any] = []
     for value in _flatten(path.resolve(step)):
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
             bad.append(value)
         elif value > 0:
             total += value

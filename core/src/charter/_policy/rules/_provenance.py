@@ -239,7 +239,7 @@ def candidates(value: Any, out: set[Key]) -> None:
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
-        elif isinstance(v, int | float) and not isinstance(v, bool):
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
             out.update(number_keys(v))
 
 
@@ -461,7 +461,7 @@ def _values(found: list[Any]) -> Iterator[str | int | float]:
         if isinstance(v, str):
             if v.strip():
                 yield v
-        elif isinstance(v, int | float) and not isinstance(v, bool):
+        elif isinstance(v, (int, float)) and not isinstance(v, bool):
             yield v
         elif isinstance(v, list):
             yield from _values(v)
@@ -480,7 +480,7 @@ def value_trust(ctx: RuleContext, value: Any, normalise: str = "auto") -> Trust:
     recorded content as `value_provenance` reads it, and the context's trusted values
     (``operator``); ``external`` when it was seen in no content at ``internal`` or above.
     `normalise` is one of value_provenance's modes. Pure: reads the task's index only."""
-    if isinstance(value, bool) or not isinstance(value, str | int | float):
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return Trust.EXTERNAL
     keys = _keys(value, normalise)
     index = ctx.history.index(ProvenanceIndex.KEY, ProvenanceIndex)

@@ -68,7 +68,7 @@ class Scope:
                 "exactly one string or number to choose its counter"
             )
         (value,) = found
-        if isinstance(value, bool) or not isinstance(value, str | int | float) or value == "":
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)) or value == "":
             return Violation(
                 f"the limit counts per {self.per.text}, and {value!r:.60} there is not a "
                 "non-empty string or a number"

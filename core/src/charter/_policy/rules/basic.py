@@ -241,7 +241,7 @@ def field_in(view: Behavior, p: _Membership, ctx: RuleContext) -> Verdict:
     if not values:
         return p.comply_if_missing or Violation(f"{p.path.text} is missing")
     for v in values:
-        if isinstance(v, dict | list) or _norm(v, p.fold) not in p.values:
+        if isinstance(v, (dict, list)) or _norm(v, p.fold) not in p.values:
             return Violation(f"{p.path.text} value {v!r:.80} is not an allowed value")
     return True
 
@@ -259,7 +259,7 @@ def field_not_in(view: Behavior, p: _Membership, ctx: RuleContext) -> Verdict:
     if not values:
         return p.comply_if_missing or Violation(f"{p.path.text} is missing")
     for v in values:
-        if not isinstance(v, dict | list) and _norm(v, p.fold) in p.values:
+        if not isinstance(v, (dict, list)) and _norm(v, p.fold) in p.values:
             return Violation(f"{p.path.text} value {v!r:.80} is a forbidden value")
     return True
 
@@ -333,7 +333,7 @@ def field_compare(view: Behavior, p: _Compare, ctx: RuleContext) -> Verdict:
     if not values:
         return p.comply_if_missing or Violation(f"{p.path.text} is missing")
     for v in values:
-        if isinstance(v, bool) or not isinstance(v, int | float):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
             return Violation(f"{p.path.text} value {v!r:.80} is not a number")
         if not p.fn(v, p.value):
             return Violation(f"{p.path.text} is {v}, which is not {p.op} {p.value}")

@@ -214,7 +214,7 @@ def _why(c: ArgConstraint, v: Any, sources: _Sources) -> str | None:
     if c.values is not None and not c.allows_value(v):
         return "is not one of the granted values"
     if c.fullmatch is not None:
-        if isinstance(v, bool) or not isinstance(v, str | int | float):
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             return "is not text, so it cannot match the granted pattern"
         if not c.fullmatch(v if isinstance(v, str) else str(v)):
             return f"does not match the granted pattern {c.pattern!r}"

@@ -347,7 +347,7 @@ def _located(value: Any, where: str, out: list[tuple[str, str]], depth: int = 0)
             for k, v in value.items():
                 if isinstance(v, str):
                     out.append((f"{where}.{k}", v))
-                elif isinstance(v, dict | list):
+                elif isinstance(v, (dict, list)):
                     _located(v, f"{where}.{k}", out, depth + 1)
         elif isinstance(value, list):
             for i, v in enumerate(value):
