@@ -219,6 +219,10 @@ def _pick(args: Mapping[str, Any], names: tuple[str, ...]) -> str | list[str] | 
             except Exception:
                 # Framework args may be any Mapping; one that fails to answer counts as absent.
                 continue
+        if value is None:
+            # Most names are absent: an isinstance that fails costs a lookup of the value's
+            # __class__, three of them for each absent name.
+            continue
         if isinstance(value, str):
             return str.__str__(value)
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, str) for v in value):
