@@ -183,6 +183,35 @@ def test_streamed_model_output_is_recorded_whole(h: Any, make_governor: Any, mod
     audit.verify()
 
 
+def test_a_history_kept_as_streamed_chunks_is_recorded_by_role(h: Any, make_governor: Any) -> None:
+    # A loop that streams and keeps the merged chunks passes AIMessageChunk (and
+    # ToolMessageChunk) back to the model: they are the assistant's and the tool's turns,
+    # and only the messages after the assistant's last turn are new to the trail.
+    from langchain_core.messages import AIMessageChunk, HumanMessage, ToolMessageChunk
+
+    gov, audit = make_governor()
+    handler = CharterCallbackHandler(gov)
+    model = h.scripted(h.ai(text="it is sunny"))
+    asked = AIMessageChunk(
+        content="",
+        tool_call_chunks=[
+            {"name": "get_weather", "args": '{"city": "Oslo"}', "id": "call_9", "index": 0}
+        ],
+    )
+    history = [
+        HumanMessage(content="weather in Oslo?"),
+        asked,
+        ToolMessageChunk(content="no data", tool_call_id="call_9", status="error"),
+    ]
+    model.invoke(history, config=_cfg(handler))
+    (step,) = audit.steps("step.model")
+    assert step["input"]["messages"] == [
+        {"role": "tool", "content": "no data", "tool_call_id": "call_9", "status": "error"}
+    ]
+    assert step["input"]["message_count"] == 3
+    audit.verify()
+
+
 def test_model_errors_are_recorded_as_failures(h: Any, make_governor: Any) -> None:
     gov, audit = make_governor()
     handler = CharterCallbackHandler(gov)

@@ -235,8 +235,9 @@ def user_contents(messages: Sequence[Mapping[str, Any]]) -> list[Any]:
     return [m.get("content") for m in messages if m.get("role") == "user"]
 
 
-_USER = ("user", "human")
-_ASSISTANT = ("assistant", "ai")
+# Lowercased: LangChain's message types, its streamed chunks' included, are roles too.
+_USER = frozenset(("user", "human", "humanmessagechunk"))
+_ASSISTANT = frozenset(("assistant", "ai", "aimessagechunk"))
 
 
 def _role_and_content(message: Any) -> tuple[str | None, Any]:

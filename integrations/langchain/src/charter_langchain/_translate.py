@@ -31,7 +31,23 @@ _PARAM_KEYS = (
     "stream",
 )
 # LangChain message types onto the one role vocabulary; anything else is tool-like content.
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "tool": "tool"}
+# Message types by role. A streamed turn merged by the caller keeps its chunk class (and
+# type): it is the same turn.
+_ROLES = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "tool": "tool",
+    "HumanMessageChunk": "user",
+    "AIMessageChunk": "assistant",
+    "SystemMessageChunk": "system",
+    "ToolMessageChunk": "tool",
+}
+
+
+def _role_of(kind: Any) -> str | None:
+    """The role a message ``type`` stands for (None: not one of LangChain's)."""
+    return _ROLES.get(kind) if isinstance(kind, str) else None
 
 
 def tool_args(inputs: Any, input_str: Any) -> dict[str, Any]:
@@ -53,14 +69,17 @@ def message_json(message: Any) -> Any:
     if role is None:
         chat_role = getattr(message, "role", None)  # ChatMessage carries its own role
         role = chat_role if chat_role in ci.ROLES else "tool"
-    calls = getattr(message, "tool_calls", None) or ()
+    # Only an assistant's turn carries tool calls and only a tool's a call id and status:
+    # asking another message for them costs a pydantic AttributeError each (about 20 us).
+    assistant, tool = role == "assistant", role == "tool"
+    calls = (getattr(message, "tool_calls", None) or ()) if assistant else ()
     return ci.chat_message(
         role,
         message.content,
         name=getattr(message, "name", None),
         tool_calls=[c for c in calls if isinstance(c, Mapping)],
-        tool_call_id=getattr(message, "tool_call_id", None),
-        error=getattr(message, "status", None) == "error",
+        tool_call_id=getattr(message, "tool_call_id", None) if tool else None,
+        error=tool and getattr(message, "status", None) == "error",
     )
 
 
@@ -86,7 +105,7 @@ def model_step(
         (
             i + 1
             for i in range(len(messages) - 1, -1, -1)
-            if getattr(messages[i], "type", None) == "ai"
+            if _role_of(getattr(messages[i], "type", None)) == "assistant"
         ),
         0,
     )
@@ -241,7 +260,7 @@ def tool_outcome(result: Any) -> tuple[dict[str, Any], str | None]:
     ToolException or bad arguments): its content is the error text.
     """
     kind = getattr(result, "type", None)
-    if kind == "tool":
+    if _role_of(kind) == "tool":
         content = charter.capture(result.content)
         output: dict[str, Any] = {"content": content}
         if getattr(result, "status", None) == "error":
