@@ -145,3 +145,28 @@ def test_a_method_patched_on_the_llm_class_later_is_the_one_called(governor, mon
     assert str(result) == "second answer"
     assert len(wrapped) == 1
     assert len(steps(trail(gov), "step.model")) == 2
+
+
+class _TunedLLM(ScriptedLLM):
+    temperature: float = 0.2
+    max_tokens: int | None = 256
+
+    @property
+    def top_p(self) -> float:  # a parameter a class derives instead of storing
+        return 0.9
+
+
+def test_a_model_calls_sampling_parameters_are_recorded(governor) -> None:
+    # Fields and class-defined attributes are read; the ones the class lacks are absent,
+    # not guessed (a policy on properties.model.params sees what the model runs with).
+    llm = _TunedLLM(["hello"])
+    agent = FunctionAgent(tools=[], llm=llm)
+    gov = governor([])
+    with govern(agent, governor=gov):
+        run(lambda: agent.run(user_msg="hi"))
+    (model,) = steps(trail(gov), "step.model")
+    assert model["properties"]["model"]["params"] == {
+        "temperature": 0.2,
+        "max_tokens": 256,
+        "top_p": 0.9,
+    }
