@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +12,8 @@ import pytest
 from charter import Governor
 from charter._model.identifiers import check_identifier, new_id
 from charter.testing import recorded
+from hypothesis import given
+from hypothesis import strategies as st
 
 _PRINT_IDS = "from charter._model.identifiers import new_id\nprint(*(new_id() for _ in range(500)))"
 
@@ -22,6 +25,27 @@ def test_ids_are_hex_and_valid_task_and_action_ids() -> None:
         assert len(i) == 32 and int(i, 16) >= 0 and i == i.lower()
         check_identifier("task_id", i)
         check_identifier("action_id", i)
+
+
+_GRAMMAR = re.compile(r"[A-Za-z0-9._:-]{1,255}")
+
+
+@given(
+    st.one_of(
+        st.text(),
+        st.text(alphabet="abcXYZ019._:-", min_size=1),
+        # look-alikes: letters and digits outside ASCII, which str.isalnum accepts
+        st.text(alphabet="a1\u0663\u00df\u0410\uff11 \t/", min_size=1),
+    )
+)
+def test_an_identifier_is_ascii_letters_digits_and_dot_underscore_colon_dash(
+    value: str,
+) -> None:
+    if _GRAMMAR.fullmatch(value):
+        assert check_identifier("action_id", value) == value
+    else:
+        with pytest.raises(ValueError, match="action_id"):
+            check_identifier("action_id", value)
 
 
 def test_the_next_id_is_not_the_last_one_plus_one() -> None:

@@ -36,7 +36,9 @@ _CONTROL_TO_SPACE = {c: " " for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
 def _id_chars(value: str) -> bool:
-    return not value.translate(_ID_ALLOWED)
+    # ASCII letters and digits alone (a hex id, most names) pass without translate's lookup
+    # per character, which costs more than the rest of building a step's ids.
+    return (value.isascii() and value.isalnum()) or not value.translate(_ID_ALLOWED)
 
 
 def _has_control(value: str) -> bool:
