@@ -92,5 +92,6 @@ def bench(session: nox.Session) -> None:
         "bench/provenance.py",
         "bench/checkpoints.py",
         "bench/agt_compare.py",
+        "bench/footprint.py",
     ):
         session.run("python", script)
