@@ -77,6 +77,15 @@ class Listener(BaseCallbackHandler):
 
 
 class ScriptedModel(GenericFakeChatModel):
+    """LangChain's fake chat model with the fields a provider's chat model has. LangChain
+    (for its callbacks) and Charter (for the step's name) read the model's name, temperature
+    and max tokens on every call; asking a pydantic model for a field it lacks raises and
+    catches an AttributeError (about 20 us), which no real model costs."""
+
+    model: str = "scripted-model"
+    temperature: float = 0.0
+    max_tokens: int = 1024
+
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
         return self
 
