@@ -23,6 +23,7 @@ valgrind; without it this says so and exits.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -94,7 +95,7 @@ def _langgraph_case(governed: bool, steps: int, folder: str) -> tuple[Callable[[
         )
     graph = builder.compile()
     gov = charter_langgraph.governor_of(graph) if governed else None
-    runs = iter(range(1_000_000))
+    runs = itertools.count()
     return (lambda: bench.one_run(graph, next(runs), False, gov) and None), bench.STEPS
 
 
@@ -193,7 +194,12 @@ def main() -> None:
     parser.add_argument(
         "--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES)
     )
-    parser.add_argument("--steps", type=int, default=20, help="tool turns per run (gate: steps)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=20,
+        help="tool turns per run (gate: steps; langgraph runs its 50-node graph)",
+    )
     parser.add_argument("--runs", type=int, default=2, help="measured runs per case and mode")
     parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()

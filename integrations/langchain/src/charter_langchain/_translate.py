@@ -31,8 +31,7 @@ _PARAM_KEYS = (
     "stream",
 )
 # LangChain message types onto the one role vocabulary; anything else is tool-like content.
-# Message types by role. A streamed turn merged by the caller keeps its chunk class (and
-# type): it is the same turn.
+# A streamed turn a caller merged keeps its chunk class and type: it is the same turn.
 _ROLES = {
     "human": "user",
     "ai": "assistant",
@@ -70,7 +69,7 @@ def message_json(message: Any) -> Any:
         chat_role = getattr(message, "role", None)  # ChatMessage carries its own role
         role = chat_role if chat_role in ci.ROLES else "tool"
     # Only an assistant's turn carries tool calls and only a tool's a call id and status:
-    # asking another message for them costs a pydantic AttributeError each (about 20 us).
+    # asking another message costs a pydantic AttributeError each (about 22k instructions).
     assistant, tool = role == "assistant", role == "tool"
     calls = (getattr(message, "tool_calls", None) or ()) if assistant else ()
     return ci.chat_message(

@@ -28,7 +28,7 @@ _RETRIEVAL_TOOLS = ("QueryEngineTool", "RetrieverTool")
 # Model request parameters recorded at properties.model.params when the LLM has them.
 _PARAMS = ("temperature", "max_tokens", "top_p", "context_window")
 # Of _PARAMS, the names an LLM class can answer, by class. A pydantic model answers a name
-# it lacks with an AttributeError that costs about 20 us to build and catch, on every call.
+# it lacks with an AttributeError, about 22k instructions to build and catch, on every call.
 _ANSWERED: dict[type, tuple[str, ...]] = {}
 
 
