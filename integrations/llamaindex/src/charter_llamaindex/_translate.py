@@ -202,7 +202,11 @@ def model_name(llm: Any, cls: type) -> str:
 
 def _answered(cls: type) -> tuple[str, ...]:
     """The names of _PARAMS that `cls`'s instances can have: for a pydantic model its fields
-    and what the class defines (properties); for anything else all of them."""
+    and what the class defines (properties); for anything else all of them. Found once per
+    class."""
+    found = _ANSWERED.get(cls)
+    if found is not None:
+        return found
     fields = getattr(cls, "model_fields", None)
     config = getattr(cls, "model_config", None)
     extra = config.get("extra") if isinstance(config, Mapping) else None
@@ -224,9 +228,7 @@ def model_step(
         if _role(messages[i]) == "assistant":
             last = i
             break
-    names = _ANSWERED.get(type(llm))
-    if names is None:
-        names = _answered(type(llm))
+    names = _answered(type(llm))
     params = {k: v for k in names if isinstance(v := getattr(llm, k, None), (int, float))}
     return build_model_step(
         gate.framework,
