@@ -596,8 +596,9 @@ class Governance:
             else:
                 await gate.afail(handle, exc)
             raise
-        error = getattr(output, "exception", None)
-        if getattr(output, "is_error", False) and isinstance(error, BaseException):
+        # ToolOutput.exception raises inside (an unset private field) when the tool did not.
+        error = getattr(output, "exception", None) if getattr(output, "is_error", False) else None
+        if isinstance(error, BaseException):
             await gate.afail(handle, error)
         else:
             await gate.acomplete(handle, tr.tool_output(output))

@@ -27,9 +27,49 @@ _ROLE = {"developer": "system", "function": "tool", "chatbot": "assistant", "mod
 _RETRIEVAL_TOOLS = ("QueryEngineTool", "RetrieverTool")
 # Model request parameters recorded at properties.model.params when the LLM has them.
 _PARAMS = ("temperature", "max_tokens", "top_p", "context_window")
-# Of _PARAMS, the names an LLM class can answer, by class. A pydantic model answers a name
-# it lacks with an AttributeError, about 22k instructions to build and catch, on every call.
-_ANSWERED: dict[type, tuple[str, ...]] = {}
+# The attribute names each pydantic class's instances can have (None: any name). A pydantic
+# model answers a name it lacks with an AttributeError, about 22k instructions to build and
+# catch, and messages, blocks and tool outputs are asked for names only some classes have.
+_READABLE: dict[type, frozenset[str] | None] = {}
+_READABLE_MAX = 1024
+
+
+def _readable(cls: type) -> frozenset[str] | None:
+    """The names `cls`'s instances can have: for a pydantic model its fields, private
+    attributes and what the classes define (properties, methods); None (any name) for a
+    model that keeps extra fields or answers names itself (its own ``__getattr__``, as
+    workflow events have) and for anything else. Found once per class."""
+    try:
+        return _READABLE[cls]
+    except KeyError:
+        pass
+    fields = getattr(cls, "model_fields", None)
+    config = getattr(cls, "model_config", None)
+    extra = config.get("extra") if isinstance(config, Mapping) else None
+    own_getattr = any(
+        "__getattr__" in vars(klass) and not klass.__module__.startswith("pydantic")
+        for klass in cls.__mro__
+    )
+    names: frozenset[str] | None = None
+    if isinstance(fields, Mapping) and extra != "allow" and not own_getattr:
+        private = getattr(cls, "__private_attributes__", None)
+        names = frozenset(fields).union(
+            private if isinstance(private, Mapping) else (),
+            *(vars(klass) for klass in cls.__mro__),
+        )
+    if len(_READABLE) >= _READABLE_MAX:
+        _READABLE.clear()
+    _READABLE[cls] = names
+    return names
+
+
+def attribute(obj: Any, name: str) -> Any:
+    """``getattr(obj, name, None)``, without asking a pydantic model for a name its class
+    cannot have."""
+    names = _readable(type(obj))
+    if names is not None and name not in names:
+        return None
+    return getattr(obj, name, None)
 
 
 def text(value: Any) -> str | None:
@@ -122,14 +162,14 @@ def _content(message: Any) -> Any:
     if content is not None:
         return content
     blocks = getattr(message, "blocks", None) or ()
-    texts = [b.text for b in blocks if isinstance(getattr(b, "text", None), str)]
+    texts = [b.text for b in blocks if isinstance(attribute(b, "text"), str)]
     return "\n".join(texts) if texts else None
 
 
 def _tool_calls(message: Any) -> list[dict[str, Any]]:
     calls = []
     for block in getattr(message, "blocks", None) or ():
-        name = getattr(block, "tool_name", None)
+        name = attribute(block, "tool_name")
         if isinstance(name, str) and hasattr(block, "tool_kwargs"):
             calls.append(
                 {
@@ -197,26 +237,7 @@ def model_name(llm: Any, cls: type) -> str:
         name = text(getattr(llm.metadata, "model_name", None))
     except Exception:
         name = None
-    return name or text(getattr(llm, "model", None)) or cls.__name__
-
-
-def _answered(cls: type) -> tuple[str, ...]:
-    """The names of _PARAMS that `cls`'s instances can have: for a pydantic model its fields
-    and what the class defines (properties); for anything else all of them. Found once per
-    class."""
-    found = _ANSWERED.get(cls)
-    if found is not None:
-        return found
-    fields = getattr(cls, "model_fields", None)
-    config = getattr(cls, "model_config", None)
-    extra = config.get("extra") if isinstance(config, Mapping) else None
-    if isinstance(fields, Mapping) and extra != "allow":
-        defined = {name for klass in cls.__mro__ for name in vars(klass)}
-        names = tuple(k for k in _PARAMS if k in fields or k in defined)
-    else:
-        names = _PARAMS
-    _ANSWERED[cls] = names
-    return names
+    return name or text(attribute(llm, "model")) or cls.__name__
 
 
 def model_step(
@@ -228,8 +249,7 @@ def model_step(
         if _role(messages[i]) == "assistant":
             last = i
             break
-    names = _answered(type(llm))
-    params = {k: v for k in names if isinstance(v := getattr(llm, k, None), (int, float))}
+    params = {k: v for k in _PARAMS if isinstance(v := attribute(llm, k), (int, float))}
     return build_model_step(
         gate.framework,
         model_name(llm, cls),
@@ -245,7 +265,7 @@ def model_step(
 def _get(obj: Any, key: str) -> Any:
     if isinstance(obj, Mapping):
         return obj.get(key)
-    return getattr(obj, key, None)
+    return attribute(obj, key)
 
 
 def response_output(response: Any) -> dict[str, Any]:
