@@ -17,13 +17,16 @@ import pytest
 import re2
 from charter._policy.secrets import (
     _ANCHORS,
+    _B64_BYTES,
     _DOTTED_SHAPES,
     _HEX_RUN_SHAPES,
+    _MIN_RUN,
     SECRET_SHAPES,
     SecretFinding,
     SecretShape,
     _all_shapes_scanner,
     _combined,
+    _long_runs,
     _may_contain,
     _without_captures,
     contains_secret,
@@ -783,3 +786,18 @@ def test_clean_texts_are_said_clean_together() -> None:
     _all_shapes_scanner().search("warm")
     assert not contains_secret_in_any(list(NEGATIVES))
     assert not contains_secret_in_any([])
+
+
+_RUN_TEXT = st.text(alphabet=st.sampled_from("aZ09+/-_= \n\t.:\"'é%\x00"), max_size=200)
+
+
+@given(_RUN_TEXT)
+@example("x" * 16)
+@example("call_0b13f9abde5a " * 3)
+@example("a" * 15 + " " + "b" * 40 + "=" + "c" * 16)
+def test_the_base64_runs_read_are_the_long_words_of_the_text(text: str) -> None:
+    # The runs decoded for the base64 check are found by substring searches; they must be
+    # exactly the long words a split of the translated text gives.
+    raw = text.encode("ascii", "replace")
+    words = raw.translate(_B64_BYTES).split()
+    assert _long_runs(raw) == [w for w in words if len(w) >= _MIN_RUN]
