@@ -123,9 +123,10 @@ def _metadata(value: Any) -> dict[str, Any]:
 
 _NAMING_KEYS = frozenset(_NAMING)
 _HOLDING_KEYS = frozenset(_HOLDING)
-# Keys seen to name no secret and to be neither a naming nor a holding key: a dict whose keys
-# are all here needs no per-key check (one C-level subset test). Bounded like the cache of
-# `names_secret`; a key past the bound is simply checked each time.
+# Keys seen to name no secret: a dict whose keys are all here needs no per-key check (one
+# C-level subset test), and only a dict that also has a naming and a holding key has its
+# pair looked at (`_holder`). Bounded like the cache of `names_secret`; a key past the bound
+# is simply checked each time.
 _PLAIN_KEYS: set[str] = set()
 _PLAIN_MAX = 4096
 _MAX_SAFE_INT = 2**53 - 1
@@ -142,7 +143,7 @@ def _dict_names(d: dict[Any, Any]) -> bool:
             naming = naming or (type(x) is str and names_secret(x))
         elif k in _HOLDING_KEYS:
             holding = True
-        elif type(k) is str and len(k) <= 64 and len(_PLAIN_KEYS) < _PLAIN_MAX:
+        if type(k) is str and len(k) <= 64 and len(_PLAIN_KEYS) < _PLAIN_MAX:
             _PLAIN_KEYS.add(k)
     return naming and holding
 
@@ -171,8 +172,11 @@ def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
         t = type(v)
         if t is dict:
             out.extend(v)
-            if not named and not _PLAIN_KEYS.issuperset(v):
-                named = _dict_names(v)
+            if not named:
+                if not _PLAIN_KEYS.issuperset(v):
+                    named = _dict_names(v)
+                elif not _NAMING_KEYS.isdisjoint(v) and not _HOLDING_KEYS.isdisjoint(v):
+                    named = _holder(v) is not None
             items: Any = v.values()
         elif t is list:
             items = v
