@@ -215,8 +215,12 @@ def usage_of(llm: Any) -> dict[str, int] | None:
     if summary is None:
         return None
     counters = summary()
-    dumped = counters.model_dump() if hasattr(counters, "model_dump") else dict(counters)
-    return {k: v for k, v in dumped.items() if type(v) is int}
+    # A pydantic model keeps its field values in __dict__: read there, not through
+    # model_dump (which costs as much as the rest of a step's usage reading).
+    fields = getattr(counters, "__dict__", None)
+    if not isinstance(fields, dict) or not fields:
+        fields = counters.model_dump() if hasattr(counters, "model_dump") else dict(counters)
+    return {k: v for k, v in fields.items() if type(v) is int}
 
 
 def usage_delta(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, int]:
