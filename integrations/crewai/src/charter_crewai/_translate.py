@@ -216,7 +216,7 @@ def usage_of(llm: Any) -> dict[str, int] | None:
         return None
     counters = summary()
     # A pydantic model keeps its field values in __dict__: read there, not through
-    # model_dump (which costs as much as the rest of a step's usage reading).
+    # model_dump (a quarter of each reading's cost, and it is read twice per model call).
     fields = getattr(counters, "__dict__", None)
     if not isinstance(fields, dict) or not fields:
         fields = counters.model_dump() if hasattr(counters, "model_dump") else dict(counters)
