@@ -112,14 +112,36 @@ def _plain(value: Any, max_string: int | None, max_items: int | None, depth_left
         raise _NotPlain
     if depth_left <= 0 or (max_items is not None and len(value) > max_items):
         raise _NotPlain
+    # Strings, None and booleans, most of any payload, are taken in the loop: a call per
+    # value cost more than the rest of the copy.
+    depth_left -= 1
     if t is dict:
         out: dict[str, Any] = {}
         for k, v in value.items():
             if type(k) is not str:
                 raise _NotPlain
-            out[k] = _plain(v, max_string, max_items, depth_left - 1)
+            tv = type(v)
+            if tv is str:
+                if max_string is not None and len(v) > max_string:
+                    raise _NotPlain
+                out[k] = v
+            elif v is None or tv is bool:
+                out[k] = v
+            else:
+                out[k] = _plain(v, max_string, max_items, depth_left)
         return out
-    return [_plain(v, max_string, max_items, depth_left - 1) for v in value]
+    items: list[Any] = []
+    for v in value:
+        tv = type(v)
+        if tv is str:
+            if max_string is not None and len(v) > max_string:
+                raise _NotPlain
+            items.append(v)
+        elif v is None or tv is bool:
+            items.append(v)
+        else:
+            items.append(_plain(v, max_string, max_items, depth_left))
+    return items
 
 
 def _lost(exc: BaseException) -> str:
