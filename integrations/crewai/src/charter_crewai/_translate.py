@@ -158,6 +158,13 @@ def _is_assistant(m: Any) -> bool:
     return isinstance(m, Mapping) and str(m.get("role")) == "assistant"
 
 
+def _observed(m: Mapping[str, Any]) -> bool:
+    """Whether assistant message `m` is a ReAct turn CrewAI extended with ``Observation:``
+    (`messages` makes it two: the model's turn and the tool's result)."""
+    content = m.get("content")
+    return isinstance(content, str) and _OBSERVATION in content
+
+
 def _count(raw: Sequence[Any]) -> int:
     """How many messages `messages` converts `raw` into, without converting them: one per
     message, two for a ReAct turn with its ``Observation:``. One plain loop: a long run
@@ -165,9 +172,7 @@ def _count(raw: Sequence[Any]) -> int:
     count = len(raw)
     for m in raw:
         if (type(m) is dict or isinstance(m, Mapping)) and str(m.get("role")) == "assistant":
-            content = m.get("content")
-            if isinstance(content, str) and _OBSERVATION in content:
-                count += 1
+            count += _observed(m)
     return count
 
 
@@ -188,9 +193,12 @@ def model_step(gate: Gate, ctx: Any) -> Step:
         ids["iteration"] = iterations
     raw = getattr(ctx, "messages", None)
     raw = raw if isinstance(raw, (list, tuple)) else ()
-    # Only the model's last turn on is converted (`new_messages` keeps what follows it);
+    # Only what follows the model's last turn is converted (what `new_messages` keeps);
     # the earlier messages are counted, not converted again on every call of a long run.
-    start = next((i for i in range(len(raw) - 1, -1, -1) if _is_assistant(raw[i])), 0)
+    # That turn itself was the previous call's output, so it is counted too, unless CrewAI
+    # appended a ReAct Observation to it: the tool's result in it is new.
+    last = next((i for i in range(len(raw) - 1, -1, -1) if _is_assistant(raw[i])), None)
+    start = 0 if last is None else last if _observed(raw[last]) else last + 1
     recent = messages(raw[start:])
     return build_model_step(
         gate.framework,
