@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import types
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -493,6 +494,32 @@ def test_any_name_resolves_to_a_valid_pair(
     assert _json_safe(props)
     assert props["tool"]["name"] == name
     assert props["tool"]["effect"] == effect
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    integration=st.sampled_from([CC, "generic", "langchain", "crewai", "llamaindex", "mcp"]),
+    name=st.one_of(
+        st.sampled_from(["Bash", "Read", "WebFetch", "Grep", "send_email", "get_weather"]),
+        st.lists(
+            st.sampled_from(["get", "send", "email", "delete", "fetch", "file", "web", "run"]),
+            max_size=3,
+        ).map("_".join),
+    ),
+    args=st.dictionaries(
+        st.one_of(_arg_names, st.sampled_from(["city", "body", "id"])),
+        st.one_of(st.text(max_size=20), st.just("https://example.com/a"), st.integers()),
+        max_size=4,
+    ),
+)
+def test_a_dict_of_arguments_resolves_as_any_mapping_of_them(
+    integration: str, name: str, args: dict[str, Any]
+) -> None:
+    # A plain dict holding none of the names the template reads skips asking for each;
+    # a read-only view of the same arguments is asked name by name, and must agree.
+    assert resolve(integration, name, args) == resolve(
+        integration, name, types.MappingProxyType(args)
+    )
 
 
 # --- overrides ----------------------------------------------------------------------------

@@ -102,7 +102,12 @@ def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def _group(**values: Any) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if v is not None and v != [] and v != {}}
+    """`values` without the unknown (None) and the empty lists and objects."""
+    # Asked by type, not by comparing with [] and {}: that built two containers per value
+    # and went through both types' comparisons, on every model and tool step.
+    return {
+        k: v for k, v in values.items() if v is not None and (v or not isinstance(v, (list, dict)))
+    }
 
 
 def tool_step(

@@ -175,12 +175,14 @@ class PropSpec(_Frozen):
     Keys are dotted paths; a path appears in at most one of the three maps.
     """
 
-    __slots__ = ("derives", "field_trust", "picks", "sets")
+    __slots__ = ("arg_names", "derives", "field_trust", "picks", "sets")
     _fields = ("picks", "derives", "sets", "field_trust")
     picks: Mapping[str, tuple[str, ...]]
     derives: Mapping[str, tuple[str, tuple[str, ...]]]
     sets: Mapping[str, Scalar]
     field_trust: Mapping[str, str]
+    #: Every argument name a pick or a derive reads (derived from them, not a field).
+    arg_names: frozenset[str]
 
     def __init__(
         self,
@@ -193,6 +195,9 @@ class PropSpec(_Frozen):
         _set(self, "derives", {} if derives is None else derives)
         _set(self, "sets", {} if sets is None else sets)
         _set(self, "field_trust", {} if field_trust is None else field_trust)
+        read = [name for names in self.picks.values() for name in names]
+        read += [name for _, names in self.derives.values() for name in names]
+        _set(self, "arg_names", frozenset(read))
 
     def paths(self) -> set[str]:
         return set(self.picks) | set(self.derives) | set(self.sets)

@@ -185,6 +185,18 @@ def _build(
 
 
 def _apply(spec: PropSpec, props: dict[str, Any], args: Mapping[str, Any]) -> None:
+    # Most calls hold none of the names the picks read (a weather tool's `city`): one set
+    # check instead of asking for each of them. Only for a plain dict, whose keys are all
+    # it answers for; another Mapping is asked name by name.
+    if type(args) is not dict or not spec.arg_names.isdisjoint(args):
+        _apply_args(spec, props, args)
+    for path, fixed in spec.sets.items():
+        _put(props, path, fixed)
+    if spec.field_trust:
+        _put(props, "data.field_trust", dict(spec.field_trust))
+
+
+def _apply_args(spec: PropSpec, props: dict[str, Any], args: Mapping[str, Any]) -> None:
     for path, names in spec.picks.items():
         value = _pick(args, names)
         if value is not None:
@@ -195,10 +207,6 @@ def _apply(spec: PropSpec, props: dict[str, Any], args: Mapping[str, Any]) -> No
         derived = _host_of(text) if isinstance(text, str) and function == "host_of" else None
         if derived is not None:
             _put(props, path, derived)
-    for path, fixed in spec.sets.items():
-        _put(props, path, fixed)
-    if spec.field_trust:
-        _put(props, "data.field_trust", dict(spec.field_trust))
 
 
 def _pick(args: Mapping[str, Any], names: tuple[str, ...]) -> str | list[str] | None:
