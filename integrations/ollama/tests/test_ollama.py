@@ -57,6 +57,31 @@ def test_a_chat_is_recorded_with_model_provider_usage_stop_reason_latency_and_te
 
 @pytest.mark.vcr
 @pytest.mark.default_cassette("chat.yaml")
+def test_a_resent_conversation_records_what_followed_the_models_last_turn_and_counts_all(
+    governor: Callable[..., charter.Governor],
+) -> None:
+    # An agent loop sends the whole conversation on every call: the model's earlier turns
+    # and what preceded them are in the trail already, so only the rest is recorded.
+    gov = governor()
+    client = ollama.Client()
+    charter_ollama.govern(client, governor=gov)
+    call = {"function": {"name": "now", "arguments": {}}}
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What time is it?"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "content": "noon", "tool_name": "now"},
+        {"role": "assistant", "content": "It is noon."},
+        *ASK,
+    ]
+    client.chat(model=MODEL, messages=conversation, options={"temperature": 0})
+    [rec] = models(gov)
+    assert rec["input"]["message_count"] == 6
+    assert rec["input"]["messages"] == [{"role": "user", "content": "Say hello."}]
+
+
+@pytest.mark.vcr
+@pytest.mark.default_cassette("chat.yaml")
 def test_the_module_level_chat_is_governed_and_a_block_never_reaches_the_server(
     governor: Callable[..., charter.Governor], vcr: Any
 ) -> None:

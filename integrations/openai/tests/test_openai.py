@@ -66,6 +66,34 @@ def test_a_chat_completion_is_recorded_with_model_provider_usage_stop_reason_lat
 
 @pytest.mark.vcr
 @pytest.mark.default_cassette("chat_text.yaml")
+def test_a_resent_conversation_records_what_followed_the_models_last_turn_and_counts_all(
+    governor: Callable[..., charter.Governor],
+) -> None:
+    # An agent loop sends the whole conversation on every call: the model's earlier turns
+    # and what preceded them are in the trail already, so only the rest is recorded.
+    gov = governor()
+    client, _ = client_for(gov)
+    call = {"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{}"}}
+    conversation = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "What time is it?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "noon"},
+        {"role": "assistant", "content": "It is noon."},
+        {"role": "developer", "content": "Greet the user."},
+        *ASK,
+    ]
+    client.chat.completions.create(model=MODEL, messages=conversation)
+    [rec] = models(gov)
+    assert rec["input"]["message_count"] == 7
+    assert rec["input"]["messages"] == [
+        {"role": "system", "content": "Greet the user."},
+        {"role": "user", "content": "Say hello."},
+    ]
+
+
+@pytest.mark.vcr
+@pytest.mark.default_cassette("chat_text.yaml")
 def test_a_blocked_call_never_reaches_the_provider_and_raises_the_sdks_403(
     governor: Callable[..., charter.Governor], vcr: Any
 ) -> None:

@@ -70,8 +70,15 @@ def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> S
             messages.append(chat_message("system", body["system"]))
         messages.append(chat_message("user", body.get("prompt") or ""))
         return model_step(FRAMEWORK, model, messages, **common)
-    msgs = [_message(m) for m in body.get("messages") or () if isinstance(m, Mapping)]
-    return model_step(FRAMEWORK, model, msgs, **common)
+    given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+    # Only what follows the model's last turn is converted (what the step records); the rest
+    # is counted: an agent loop resends the whole conversation on every call.
+    last = next(
+        (i for i in range(len(given) - 1, -1, -1) if str(given[i].get("role")) == "assistant"),
+        -1,
+    )
+    msgs = [_message(m) for m in given[last + 1 :]]
+    return model_step(FRAMEWORK, model, msgs, message_count=len(given), **common)
 
 
 def _calls(message: Any) -> tuple[ToolCall, ...]:

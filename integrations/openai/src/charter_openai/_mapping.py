@@ -68,9 +68,15 @@ def _tools(body: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def _chat_message(m: Mapping[str, Any]) -> dict[str, Any]:
+def _chat_role(m: Mapping[str, Any]) -> str:
+    """The role `_chat_message` gives Chat Completions message `m`."""
     role = str(m.get("role") or "user")
-    if role in ("tool", "function"):
+    return "tool" if role in ("tool", "function") else _ROLES.get(role, "user")
+
+
+def _chat_message(m: Mapping[str, Any]) -> dict[str, Any]:
+    role = _chat_role(m)
+    if role == "tool":
         return chat_message(
             "tool", m.get("content"), name=m.get("name"), tool_call_id=m.get("tool_call_id")
         )
@@ -80,9 +86,7 @@ def _chat_message(m: Mapping[str, Any]) -> dict[str, Any]:
             fn = c.get("function") if isinstance(c.get("function"), Mapping) else {}
             call = _tool_call(fn.get("name"), fn.get("arguments"), c.get("id"))
             calls.append({"id": call.id, "name": call.name, "args": call.args})
-    return chat_message(
-        _ROLES.get(role, "user"), m.get("content"), name=m.get("name"), tool_calls=calls
-    )
+    return chat_message(role, m.get("content"), name=m.get("name"), tool_calls=calls)
 
 
 def _response_items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -109,14 +113,23 @@ def _response_items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> Step:
     """The ``step.model`` intent of one request body (Chat Completions or Responses)."""
+    count = None
     if api == "chat":
-        messages = [_chat_message(m) for m in body.get("messages") or () if isinstance(m, Mapping)]
+        given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+        # Only what follows the model's last turn is converted (what the step records); the
+        # rest is counted: an agent loop resends the whole conversation on every call.
+        last = next(
+            (i for i in range(len(given) - 1, -1, -1) if _chat_role(given[i]) == "assistant"), -1
+        )
+        messages = [_chat_message(m) for m in given[last + 1 :]]
+        count = len(given)
     else:
         messages = _response_items(body)
     return model_step(
         FRAMEWORK,
         str(body.get("model") or "unknown-model"),
         messages,
+        message_count=count,
         provider=PROVIDER,
         params=_params(body),
         tools=_tools(body),
