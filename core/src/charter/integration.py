@@ -40,6 +40,7 @@ from charter._runtime.governor import StepHandle
 from charter._runtime.steps import (
     ROLES,
     Step,
+    after_model_turn,
     chat_message,
     message_step,
     model_outcome,
@@ -122,6 +123,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "ToolVerdict",
+    "after_model_turn",
     "approval_request",
     "chat_message",
     "claim",

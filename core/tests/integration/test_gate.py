@@ -110,6 +110,21 @@ def test_a_model_step_records_only_what_is_new_since_the_models_last_turn() -> N
     assert [m["role"] for m in first.input["messages"]] == ["system", "user"]
 
 
+@pytest.mark.parametrize("roles", ["", "s", "su", "sua", "suat", "suatau", "suatat", "a", "aa"])
+def test_converting_from_after_the_models_turn_records_what_converting_all_does(
+    roles: str,
+) -> None:
+    # A framework's raw messages, converted only from `after_model_turn` on and counted in
+    # full, must give the very step that converting every one of them gives.
+    names = {"s": "system", "u": "user", "a": "assistant", "t": "tool"}
+    raw = [(names[r], f"{r}{i}") for i, r in enumerate(roles)]
+    start = ci.after_model_turn(raw, lambda m: m[0] == "assistant")
+    assert start == roles.rfind("a") + 1
+    every = ci.model_step("toy", "gpt-x", [ci.chat_message(r, c) for r, c in raw])
+    recent = [ci.chat_message(r, c) for r, c in raw[start:]]
+    assert ci.model_step("toy", "gpt-x", recent, message_count=len(raw)).input == every.input
+
+
 def test_messages_take_one_role_vocabulary() -> None:
     with pytest.raises(ValueError, match="role 'human' is not one of system, user"):
         ci.chat_message("human", "hi")

@@ -30,7 +30,7 @@ Builders are pure: no I/O, no policy, no clock.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
 from charter._model.capture import capture, capture_noted
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ROLES",
     "Step",
+    "after_model_turn",
     "chat_message",
     "message_step",
     "model_outcome",
@@ -231,6 +232,20 @@ def new_messages(messages: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any
         if messages[i].get("role") == "assistant":
             return list(messages[i + 1 :])
     return list(messages)
+
+
+def after_model_turn(messages: Sequence[Any], is_model: Callable[[Any], bool]) -> int:
+    """Where the messages new to the model start among a call's raw `messages`: just after
+    the last one `is_model` says is the model's own turn; 0 when it has not spoken.
+
+    Converted, the messages from there on are what `new_messages` keeps, found before any is
+    converted: a call converts only those and passes the whole length as `message_count` to
+    `model_step` (an agent loop resends the conversation on every call, and the earlier
+    messages are in the trail already)."""
+    for i in range(len(messages) - 1, -1, -1):
+        if is_model(messages[i]):
+            return i + 1
+    return 0
 
 
 def user_contents(messages: Sequence[Mapping[str, Any]]) -> list[Any]:

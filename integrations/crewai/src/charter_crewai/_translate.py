@@ -16,6 +16,7 @@ from charter.integration import (
     ROLES,
     Gate,
     Step,
+    after_model_turn,
     chat_message,
     model_outcome,
     node_step,
@@ -197,8 +198,9 @@ def model_step(gate: Gate, ctx: Any) -> Step:
     # the earlier messages are counted, not converted again on every call of a long run.
     # That turn itself was the previous call's output, so it is counted too, unless CrewAI
     # appended a ReAct Observation to it: the tool's result in it is new.
-    last = next((i for i in range(len(raw) - 1, -1, -1) if _is_assistant(raw[i])), None)
-    start = 0 if last is None else last if _observed(raw[last]) else last + 1
+    start = after_model_turn(raw, _is_assistant)
+    if start and _observed(raw[start - 1]):
+        start -= 1
     recent = messages(raw[start:])
     return build_model_step(
         gate.framework,

@@ -100,13 +100,8 @@ def model_step(
 ) -> ci.Step:
     """A chat model call (see `charter.integration.model_step`): only the messages after
     the model's last turn are converted (the earlier ones are in the trail already)."""
-    start = next(
-        (
-            i + 1
-            for i in range(len(messages) - 1, -1, -1)
-            if _role_of(getattr(messages[i], "type", None)) == "assistant"
-        ),
-        0,
+    start = ci.after_model_turn(
+        messages, lambda m: _role_of(getattr(m, "type", None)) == "assistant"
     )
     return ci.model_step(
         FRAMEWORK,

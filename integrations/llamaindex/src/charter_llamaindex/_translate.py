@@ -14,6 +14,7 @@ from charter.integration import (
     ROLES,
     Gate,
     Step,
+    after_model_turn,
     chat_message,
     model_outcome,
     usage,
@@ -244,16 +245,12 @@ def model_step(
     gate: Gate, llm: Any, cls: type, messages: Sequence[Any], kwargs: Mapping[str, Any], ids: Any
 ) -> Step:
     """A chat call: only the messages after the model's last turn are converted."""
-    last = -1
-    for i in range(len(messages) - 1, -1, -1):
-        if _role(messages[i]) == "assistant":
-            last = i
-            break
+    start = after_model_turn(messages, lambda m: _role(m) == "assistant")
     params = {k: v for k in _PARAMS if isinstance(v := attribute(llm, k), (int, float))}
     return build_model_step(
         gate.framework,
         model_name(llm, cls),
-        [message(m) for m in messages[last + 1 :]],
+        [message(m) for m in messages[start:]],
         provider=provider(llm, cls),
         params=params,
         tools=_tool_names(kwargs.get("tools")),

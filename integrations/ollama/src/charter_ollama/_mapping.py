@@ -7,7 +7,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from charter.integration import ModelReply, Step, ToolCall, chat_message, model_step, usage
+from charter.integration import (
+    ModelReply,
+    Step,
+    ToolCall,
+    after_model_turn,
+    chat_message,
+    model_step,
+    usage,
+)
 from charter.integration import tool_call as _tool_call
 
 FRAMEWORK = "ollama"
@@ -73,11 +81,8 @@ def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> S
     given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
     # Only what follows the model's last turn is converted (what the step records); the rest
     # is counted: an agent loop resends the whole conversation on every call.
-    last = next(
-        (i for i in range(len(given) - 1, -1, -1) if str(given[i].get("role")) == "assistant"),
-        -1,
-    )
-    msgs = [_message(m) for m in given[last + 1 :]]
+    start = after_model_turn(given, lambda m: str(m.get("role")) == "assistant")
+    msgs = [_message(m) for m in given[start:]]
     return model_step(FRAMEWORK, model, msgs, message_count=len(given), **common)
 
 
