@@ -74,6 +74,36 @@ def test_a_message_is_recorded_with_model_provider_usage_stop_reason_latency_and
 
 @pytest.mark.vcr
 @pytest.mark.default_cassette("text.yaml")
+def test_a_resent_conversation_records_what_followed_the_models_last_turn_and_counts_all(
+    governor: Callable[..., charter.Governor],
+) -> None:
+    # An agent loop sends the whole conversation on every call: the model's earlier turns
+    # and what preceded them are in the trail already, so only the rest is recorded. A user
+    # message of tool results is one tool message per result (and itself, if it says more).
+    gov = governor()
+    client, _ = client_for(gov)
+    use = {"type": "tool_use", "id": "toolu_1", "name": "now", "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "noon"}
+    conversation = [
+        {"role": "user", "content": "What time is it?"},
+        {"role": "assistant", "content": [{"type": "text", "text": "Let me look."}, use]},
+        {"role": "user", "content": [result, {"type": "text", "text": "And the date?"}]},
+        {"role": "assistant", "content": "It is noon on the 6th."},
+        {"role": "user", "content": [dict(result, tool_use_id="toolu_2")]},
+        *ASK,
+    ]
+    client.messages.create(model=MODEL, max_tokens=64, system="Be brief.", messages=conversation)
+    [rec] = models(gov)
+    # system 1, user 1, assistant 1, tool + user 2, assistant 1, tool 1, user 1
+    assert rec["input"]["message_count"] == 8
+    assert rec["input"]["messages"] == [
+        {"role": "tool", "content": "noon", "tool_call_id": "toolu_2"},
+        {"role": "user", "content": "Say hello."},
+    ]
+
+
+@pytest.mark.vcr
+@pytest.mark.default_cassette("text.yaml")
 def test_a_blocked_call_never_reaches_the_provider_and_raises_the_sdks_403(
     governor: Callable[..., charter.Governor], vcr: Any
 ) -> None:

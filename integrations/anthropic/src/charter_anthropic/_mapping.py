@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from charter.integration import ModelReply, Step, ToolCall, chat_message, model_step, usage
+from charter.integration import (
+    ModelReply,
+    Step,
+    ToolCall,
+    after_model_turn,
+    chat_message,
+    model_step,
+    usage,
+)
 from charter.integration import tool_call as _tool_call
 
 FRAMEWORK = "anthropic"
@@ -27,40 +35,68 @@ def _text(content: Any) -> Any:
     return "\n".join(t for t in texts if isinstance(t, str)) if texts else content
 
 
-def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if body.get("system"):
-        out.append(chat_message("system", _text(body["system"])))
-    for m in body.get("messages") or ():
-        if not isinstance(m, Mapping):
-            continue
-        content = m.get("content")
-        blocks = content if isinstance(content, list) else []
-        results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
-        for r in results:
-            out.append(
-                chat_message(
-                    "tool",
-                    _text(r.get("content")),
-                    tool_call_id=r.get("tool_use_id"),
-                    error=bool(r.get("is_error")),
-                )
-            )
-        calls = [
-            {"id": b.get("id"), "name": b.get("name"), "args": b.get("input")}
-            for b in blocks
-            if isinstance(b, Mapping) and b.get("type") == "tool_use"
-        ]
-        rest = [
-            b
-            for b in blocks
-            if b not in results and not (isinstance(b, Mapping) and b.get("type") == "tool_use")
-        ]
-        if results and not rest:
-            continue
-        role = "assistant" if m.get("role") == "assistant" else "user"
-        out.append(chat_message(role, _text(rest) if blocks else content, tool_calls=calls))
+def _parts(m: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
+    """The ``tool_result`` blocks, the ``tool_use`` blocks and the other blocks of message
+    `m`'s content (none for text content)."""
+    content = m.get("content")
+    blocks = content if isinstance(content, list) else []
+    results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
+    uses = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+    rest = [b for b in blocks if b not in results and b not in uses]
+    return results, uses, rest
+
+
+def _converted(m: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Message `m` in the contract's shape: one tool message per ``tool_result`` block, then
+    the message itself unless it held only results."""
+    results, uses, rest = _parts(m)
+    out = [
+        chat_message(
+            "tool",
+            _text(r.get("content")),
+            tool_call_id=r.get("tool_use_id"),
+            error=bool(r.get("is_error")),
+        )
+        for r in results
+    ]
+    if results and not rest:
+        return out
+    calls = [{"id": b.get("id"), "name": b.get("name"), "args": b.get("input")} for b in uses]
+    role = "assistant" if m.get("role") == "assistant" else "user"
+    content = m.get("content")
+    out.append(
+        chat_message(role, _text(rest) if isinstance(content, list) else content, tool_calls=calls)
+    )
     return out
+
+
+def _count(m: Mapping[str, Any]) -> int:
+    """How many messages `_converted` makes of `m`, without converting it."""
+    results, _, rest = _parts(m)
+    return len(results) + (0 if results and not rest else 1)
+
+
+def _is_model_turn(m: Mapping[str, Any]) -> bool:
+    """Whether `_converted` ends message `m` with an assistant message."""
+    if m.get("role") != "assistant":
+        return False
+    results, _, rest = _parts(m)
+    return not results or bool(rest)
+
+
+def _messages(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The messages new since the model's last turn, in the contract's shape, and how many
+    the whole request makes: an agent loop resends the conversation on every call, and only
+    what follows the model's last turn is recorded, so only that is converted."""
+    given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+    start = after_model_turn(given, _is_model_turn)
+    out: list[dict[str, Any]] = []
+    if body.get("system") and not start:
+        out.append(chat_message("system", _text(body["system"])))
+    for m in given[start:]:
+        out += _converted(m)
+    earlier = sum(map(_count, given[:start])) + (1 if body.get("system") and start else 0)
+    return out, earlier + len(out)
 
 
 def request_step(body: Mapping[str, Any], ids: Mapping[str, Any]) -> Step:
@@ -71,10 +107,12 @@ def request_step(body: Mapping[str, Any], ids: Mapping[str, Any]) -> Step:
         for t in body.get("tools") or ()
         if isinstance(t, Mapping)
     ]
+    messages, count = _messages(body)
     return model_step(
         FRAMEWORK,
         str(body.get("model") or "unknown-model"),
-        _messages(body),
+        messages,
+        message_count=count,
         provider=PROVIDER,
         params=params,
         tools=tools,
