@@ -369,6 +369,33 @@ def test_the_responses_api_is_governed_with_instructions_as_the_system_message(
 
 
 @pytest.mark.vcr
+@pytest.mark.default_cassette("responses_text.yaml")
+def test_a_resent_responses_input_records_what_followed_the_models_last_turn_and_counts_all(
+    governor: Callable[..., charter.Governor],
+) -> None:
+    # The Responses API's input is the conversation as items: the model's function calls and
+    # messages are its turns, items no message is made of (reasoning) count for nothing.
+    gov = governor()
+    client, _ = client_for(gov)
+    items = [
+        {"role": "user", "content": "What time is it?"},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "call_1", "name": "now", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "noon"},
+        {"type": "message", "role": "assistant", "content": "It is noon."},
+        {"type": "message", "role": "developer", "content": "Greet the user."},
+        {"role": "user", "content": "Say hello."},
+    ]
+    client.responses.create(model=MODEL, input=items, instructions="Be brief.")
+    [rec] = models(gov)
+    assert rec["input"]["message_count"] == 7  # the instructions and six items
+    assert rec["input"]["messages"] == [
+        {"role": "system", "content": "Greet the user."},
+        {"role": "user", "content": "Say hello."},
+    ]
+
+
+@pytest.mark.vcr
 @pytest.mark.default_cassette("responses_tools.yaml")
 def test_responses_function_calls_get_verdicts_and_function_call_output_items(
     governor: Callable[..., charter.Governor],

@@ -97,26 +97,45 @@ def _chat_message(m: Mapping[str, Any]) -> dict[str, Any]:
     return chat_message(role, m.get("content"), name=m.get("name"), tool_calls=calls)
 
 
-def _response_items(body: Mapping[str, Any]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    if body.get("instructions"):
-        out.append(chat_message("system", body.get("instructions")))
+def _item_role(item: Any) -> str | None:
+    """The role of the message `_response_item` makes of Responses input item `item`, or
+    None for an item it skips (reasoning, web search calls, ...)."""
+    if not isinstance(item, Mapping):
+        return None
+    kind = item.get("type")
+    if kind == "function_call_output":
+        return "tool"
+    if kind == "function_call":
+        return "assistant"
+    if kind in (None, "message") and "role" in item:
+        return _ROLES.get(str(item["role"]), "user")
+    return None
+
+
+def _response_item(item: Mapping[str, Any], role: str) -> dict[str, Any]:
+    kind = item.get("type")
+    if kind == "function_call_output":
+        return chat_message("tool", item.get("output"), tool_call_id=item.get("call_id"))
+    if kind == "function_call":
+        call = _tool_call(item.get("name"), item.get("arguments"), item.get("call_id"))
+        return chat_message(
+            "assistant", "", tool_calls=[{"id": call.id, "name": call.name, "args": call.args}]
+        )
+    return chat_message(role, item.get("content"))
+
+
+def _response_items(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
+    """The messages of a Responses request body after the model's last turn, converted, and
+    how many the whole body makes (``instructions`` is a system message first)."""
+    instructions = body.get("instructions")
+    first = [chat_message("system", instructions)] if instructions else []
     given = body.get("input")
     if isinstance(given, str):
-        return [*out, chat_message("user", given)]
-    for item in given or ():
-        if not isinstance(item, Mapping):
-            continue
-        kind = item.get("type")
-        if kind == "function_call_output":
-            out.append(chat_message("tool", item.get("output"), tool_call_id=item.get("call_id")))
-        elif kind == "function_call":
-            call = _tool_call(item.get("name"), item.get("arguments"), item.get("call_id"))
-            calls = [{"id": call.id, "name": call.name, "args": call.args}]
-            out.append(chat_message("assistant", "", tool_calls=calls))
-        elif kind in (None, "message") and "role" in item:
-            out.append(chat_message(_ROLES.get(str(item["role"]), "user"), item.get("content")))
-    return out
+        return [*first, chat_message("user", given)], len(first) + 1
+    roles = [(item, role) for item in given or () if (role := _item_role(item)) is not None]
+    start = after_model_turn(roles, lambda pair: pair[1] == "assistant")
+    converted = [_response_item(item, role) for item, role in roles[start:]]
+    return (converted if start else [*first, *converted]), len(first) + len(roles)
 
 
 def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> Step:
@@ -130,7 +149,7 @@ def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> S
         messages = [_chat_message(m) for m in given[start:]]
         count = len(given)
     else:
-        messages = _response_items(body)
+        messages, count = _response_items(body)
     return model_step(
         FRAMEWORK,
         str(body.get("model") or "unknown-model"),
