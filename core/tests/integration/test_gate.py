@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import pickle
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import charter
@@ -123,6 +125,50 @@ def test_converting_from_after_the_models_turn_records_what_converting_all_does(
     every = ci.model_step("toy", "gpt-x", [ci.chat_message(r, c) for r, c in raw])
     recent = [ci.chat_message(r, c) for r, c in raw[start:]]
     assert ci.model_step("toy", "gpt-x", recent, message_count=len(raw)).input == every.input
+
+
+class _Settings(Mapping[str, int]):
+    """A mapping that is not a dict (a framework's own config object, say)."""
+
+    def __getitem__(self, key: str) -> int:
+        if key != "a":
+            raise KeyError(key)
+        return 1
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(("a",))
+
+    def __len__(self) -> int:
+        return 1
+
+
+class _Registered:
+    """Registered as a Mapping without inheriting from one: only isinstance knows."""
+
+
+Mapping.register(_Registered)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        {"role": "user"},
+        OrderedDict(a=1),
+        MappingProxyType({"a": 1}),
+        _Settings(),
+        _Registered(),
+        None,
+        [("role", "user")],
+        "role",
+        ("role", "user"),
+        object(),
+        1,
+    ],
+    ids=repr,
+)
+def test_is_mapping_answers_as_isinstance_mapping_does(value: Any) -> None:
+    assert ci.is_mapping(value) is isinstance(value, Mapping)
 
 
 def test_messages_take_one_role_vocabulary() -> None:

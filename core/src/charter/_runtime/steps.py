@@ -40,13 +40,14 @@ from charter._policy.shell import is_credential_path, shell_view
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeGuard
 
 __all__ = [
     "ROLES",
     "Step",
     "after_model_turn",
     "chat_message",
+    "is_mapping",
     "message_step",
     "model_outcome",
     "model_step",
@@ -94,6 +95,16 @@ class Step(Frozen):
         put(self, "properties", dict() if properties is None else properties)
 
 
+def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
+    """``isinstance(value, Mapping)``, answered by type for a dict and for None.
+
+    What integrations read off framework and provider objects is mostly dicts and None, and
+    an isinstance check against an abstract class runs Python code (about a function
+    call's cost) on every ask: translation asks it several times per step.
+    """
+    return type(value) is dict or (value is not None and isinstance(value, Mapping))
+
+
 def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:
     out: dict[str, Any] = {"name": framework}
     for key, value in (ids or {}).items():
@@ -135,7 +146,8 @@ def tool_step(
     props = dict(properties or {})
     if trust is not None or field_trust:
         props["data"] = _trust_group(props.get("data"), trust, field_trust)
-    tool = dict(props.get("tool") or {}) if isinstance(props.get("tool"), Mapping) else {}
+    given = props.get("tool")
+    tool = dict(given) if is_mapping(given) else {}
     tool.update(_group(name=name, call_id=call_id, description=description))
     props["tool"] = tool
     props["framework"] = _framework(framework, ids)
@@ -177,7 +189,7 @@ def _add_shell_view(props: dict[str, Any], data: Mapping[str, Any]) -> None:
 
 def _mark_credential(props: dict[str, Any]) -> None:
     target = props.get("target")
-    if not isinstance(target, Mapping):
+    if not is_mapping(target):
         return
     for key in ("path", "resolved_path"):
         values = target.get(key)
@@ -263,7 +275,7 @@ _ASSISTANT = frozenset(("assistant", "ai", "aimessagechunk"))
 def _role_and_content(message: Any) -> tuple[str | None, Any]:
     if isinstance(message, str):
         return "user", message  # chat frameworks read a bare string as the user's message
-    if isinstance(message, Mapping):
+    if is_mapping(message):
         return _word(message.get("role") or message.get("type")), message.get("content")
     if isinstance(message, tuple) and len(message) == 2:
         return _word(message[0]), message[1]

@@ -18,6 +18,7 @@ from charter.integration import (
     Step,
     after_model_turn,
     chat_message,
+    is_mapping,
     model_outcome,
     node_step,
     usage,
@@ -58,10 +59,10 @@ def where(agent: Any, task: Any, crew: Any) -> dict[str, Any]:
 
 def _function(call: Any) -> tuple[Any, Any, Any]:
     """(id, name, parsed arguments) of an OpenAI-style tool call."""
-    if not isinstance(call, Mapping):
+    if not is_mapping(call):
         return None, None, None
     fn = call.get("function")
-    fn = fn if isinstance(fn, Mapping) else call
+    fn = fn if is_mapping(fn) else call
     args = fn.get("arguments", fn.get("args"))
     if isinstance(args, str):
         try:
@@ -74,7 +75,7 @@ def _function(call: Any) -> tuple[Any, Any, Any]:
 def tool_calls_in(messages: list[Any]) -> list[dict[str, Any]]:
     """The tool calls of the last assistant message among `messages` (native calling)."""
     for message in reversed(messages):
-        if isinstance(message, Mapping) and message.get("role") == "assistant":
+        if is_mapping(message) and message.get("role") == "assistant":
             calls = message.get("tool_calls")
             return list(calls) if isinstance(calls, list) else []
     return []
@@ -94,7 +95,7 @@ def tool_step(gate: Gate, ctx: Any) -> Step:
     """A tool call: the templates map its name (and string args) to kind, verb and effect."""
     name = text(getattr(ctx, "tool_name", None)) or "unnamed_tool"
     raw = getattr(ctx, "tool_input", None)
-    args: dict[str, Any] = dict(raw) if isinstance(raw, Mapping) else {"input": raw}
+    args: dict[str, Any] = dict(raw) if is_mapping(raw) else {"input": raw}
     return gate.tool_step(
         name,
         args,
@@ -127,7 +128,7 @@ def messages(raw: Any) -> list[dict[str, Any]]:
     ``Observation: <result>`` becomes the model's turn followed by the tool's message."""
     out: list[dict[str, Any]] = []
     for m in raw if isinstance(raw, (list, tuple)) else ():
-        if not isinstance(m, Mapping):
+        if not is_mapping(m):
             out.append(chat_message("user", m))
             continue
         role = str(m.get("role"))
@@ -156,7 +157,7 @@ def messages(raw: Any) -> list[dict[str, Any]]:
 
 def _is_assistant(m: Any) -> bool:
     """Whether `messages` converts raw message `m` into (first) an assistant message."""
-    return isinstance(m, Mapping) and str(m.get("role")) == "assistant"
+    return is_mapping(m) and str(m.get("role")) == "assistant"
 
 
 def _observed(m: Mapping[str, Any]) -> bool:
@@ -172,7 +173,7 @@ def _count(raw: Sequence[Any]) -> int:
     counts every earlier message on each model call."""
     count = len(raw)
     for m in raw:
-        if (type(m) is dict or isinstance(m, Mapping)) and str(m.get("role")) == "assistant":
+        if is_mapping(m) and str(m.get("role")) == "assistant":
             count += _observed(m)
     return count
 

@@ -51,9 +51,9 @@ def _role_of(kind: Any) -> str | None:
 
 def tool_args(inputs: Any, input_str: Any) -> dict[str, Any]:
     """A tool's arguments as a mapping: the callback's `inputs` dict, else ``{"input": ...}``."""
-    if isinstance(inputs, Mapping):
+    if ci.is_mapping(inputs):
         return {str(k): v for k, v in inputs.items()}
-    if isinstance(input_str, Mapping):
+    if ci.is_mapping(input_str):
         return {str(k): v for k, v in input_str.items()}
     return {"input": input_str if isinstance(input_str, str) else charter.capture(input_str)}
 
@@ -147,7 +147,7 @@ def model_identity(model: Any) -> tuple[str, str | None]:
     try:
         # The same source LangChain uses for the callback metadata (``ls_model_name``).
         got = model._get_ls_params()
-        if isinstance(got, Mapping):
+        if ci.is_mapping(got):
             params = got
     except Exception:
         params = {}
@@ -165,12 +165,12 @@ def tool_names(tools: Any) -> list[str]:
     """Names of tools given as objects, or as provider schemas (``{"name": ...}`` or
     OpenAI's ``{"function": {"name": ...}}``)."""
     names: list[str] = []
-    if not isinstance(tools, Sequence) or isinstance(tools, str):
+    if type(tools) is not list and (not isinstance(tools, Sequence) or isinstance(tools, str)):
         return names
     for t in tools:
-        if isinstance(t, Mapping):
+        if ci.is_mapping(t):
             fn = t.get("function")
-            name = t.get("name") or (fn.get("name") if isinstance(fn, Mapping) else None)
+            name = t.get("name") or (fn.get("name") if ci.is_mapping(fn) else None)
         else:
             name = getattr(t, "name", None)
         if isinstance(name, str):
@@ -181,7 +181,7 @@ def tool_names(tools: Any) -> list[str]:
 def usage_of(message: Any) -> dict[str, int] | None:
     """Token usage of a model message (``usage_metadata``), or None when it has none."""
     usage = getattr(message, "usage_metadata", None)
-    if not isinstance(usage, Mapping):
+    if not ci.is_mapping(usage):
         return None
     return ci.usage(
         usage.get("input_tokens"), usage.get("output_tokens"), usage.get("total_tokens")
@@ -190,7 +190,7 @@ def usage_of(message: Any) -> dict[str, int] | None:
 
 def stop_reason_of(message: Any, info: Mapping[str, Any] | None = None) -> str | None:
     for source in (getattr(message, "response_metadata", None), info):
-        if isinstance(source, Mapping):
+        if ci.is_mapping(source):
             for key in _STOP_KEYS:
                 value = source.get(key)
                 if isinstance(value, str) and value:

@@ -16,6 +16,7 @@ from charter.integration import (
     Step,
     after_model_turn,
     chat_message,
+    is_mapping,
     model_outcome,
     usage,
 )
@@ -182,7 +183,7 @@ def _tool_calls(message: Any) -> list[dict[str, Any]]:
     if calls:
         return calls
     extra = getattr(message, "additional_kwargs", None)
-    for call in (extra.get("tool_calls") if isinstance(extra, Mapping) else None) or ():
+    for call in (extra.get("tool_calls") if is_mapping(extra) else None) or ():
         name = getattr(call, "tool_name", None)
         if isinstance(name, str):
             calls.append(
@@ -198,22 +199,23 @@ def _tool_calls(message: Any) -> list[dict[str, Any]]:
 def message(m: Any) -> dict[str, Any]:
     """One LlamaIndex ChatMessage in the contract's shape."""
     extra = getattr(m, "additional_kwargs", None)
-    call_id = extra.get("tool_call_id") if isinstance(extra, Mapping) else None
+    if not is_mapping(extra):
+        extra = None
     return chat_message(
         _role(m),
         _content(m),
-        name=text(extra.get("name")) if isinstance(extra, Mapping) else None,
+        name=text(extra.get("name")) if extra is not None else None,
         tool_calls=_tool_calls(m),
-        tool_call_id=text(call_id),
+        tool_call_id=text(extra.get("tool_call_id")) if extra is not None else None,
     )
 
 
 def _tool_names(tools: Any) -> list[str]:
     names = []
-    for tool in tools if isinstance(tools, Sequence) else ():
-        if isinstance(tool, Mapping):  # a provider's tool spec
+    for tool in tools if type(tools) is list or isinstance(tools, Sequence) else ():
+        if is_mapping(tool):  # a provider's tool spec
             fn = tool.get("function")
-            name = fn.get("name") if isinstance(fn, Mapping) else tool.get("name")
+            name = fn.get("name") if is_mapping(fn) else tool.get("name")
         else:
             name = getattr(getattr(tool, "metadata", None), "name", None)
         if isinstance(name, str) and name:
@@ -260,7 +262,9 @@ def model_step(
 
 
 def _get(obj: Any, key: str) -> Any:
-    if isinstance(obj, Mapping):
+    if obj is None:
+        return None
+    if is_mapping(obj):
         return obj.get(key)
     return attribute(obj, key)
 

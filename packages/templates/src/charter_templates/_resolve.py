@@ -68,7 +68,9 @@ class TemplateSet:
     ) -> Resolution:
         """See `charter_templates.resolve`; never raises, whatever `name` and `args` hold."""
         text = name if isinstance(name, str) else ""
-        picked_args: Mapping[str, Any] = args if isinstance(args, Mapping) else {}
+        picked_args: Mapping[str, Any] = (
+            args if type(args) is dict or isinstance(args, Mapping) else {}
+        )
         return self._resolve(self._template_for(integration), text, picked_args, 0)
 
     def __repr__(self) -> str:
