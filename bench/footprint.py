@@ -1,6 +1,6 @@
 """Instructions per governed step, counted by valgrind: prints figures, asserts nothing.
 
-    uv run python bench/footprint.py [--cases gate,langchain,...] [--steps 20]
+    uv run python bench/footprint.py [--cases gate,langchain,...] [--steps 20] [--cache]
 
 CPU-time figures on a shared machine move 2-3x between runs of the same code, so they cannot
 tell two builds apart by less than that. The number of machine instructions a run executes
@@ -18,6 +18,13 @@ wrapped nodes, no-op hooks). `gate` is one tool step (build, decide, complete) i
 without a framework. Governors keep a buffered SQLite trail in a temporary folder, as the
 benches do (the writer's batching window scaled to valgrind's pace, see `child`). Needs
 valgrind; without it this says so and exits.
+
+``--cache`` has callgrind simulate the first-level caches and the last level as well (sized
+like this machine's; about twice as slow) and adds the misses per governed step over the
+do-nothing counterpart: instruction fetches (I1) and data reads and writes (D1) that missed
+the first level, and what missed the last one. A framework's own work between two steps
+evicts Charter's code and data, so a step that misses often costs more inside a run than its
+instructions say; these columns show how much.
 """
 
 from __future__ import annotations
@@ -37,7 +44,17 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 CASES = ("gate", "langchain", "langgraph", "crewai", "llamaindex")
-_TOTALS = re.compile(r"^totals: (\d+)", re.MULTILINE)
+_TOTALS = re.compile(r"^totals: ([\d ]+)$", re.MULTILINE)
+_EVENTS = re.compile(r"^events: ([\w ]+)$", re.MULTILINE)
+# How much slower than native code runs under callgrind, without and with the cache
+# simulation (see `child`).
+_SLOWDOWN, _SLOWDOWN_CACHE = 50, 100
+# Columns of --cache: (heading, the callgrind events summed into it).
+_MISSES = (
+    ("I1 misses", ("I1mr",)),
+    ("D1 misses", ("D1mr", "D1mw")),
+    ("LL misses", ("ILmr", "DLmr", "DLmw")),
+)
 
 
 # -- the child: one case in one mode, run inside sys.call_tracing ---------------------------
@@ -126,7 +143,7 @@ _BUILDERS = {
 }
 
 
-def child(case: str, governed: bool, steps: int, runs: int) -> None:
+def child(case: str, governed: bool, steps: int, runs: int, slowdown: int) -> None:
     # A long-lived process's state: Charter switches to OpenSSL's SHA-256 and to orjson once
     # a process has made a few hundred records, or at once when they are loaded (frameworks
     # load them): the imports would otherwise fall inside the measured runs.
@@ -134,13 +151,14 @@ def child(case: str, governed: bool, steps: int, runs: int) -> None:
 
     import orjson  # noqa: F401
 
-    # Under valgrind code runs about 50x slower, and the audit writer's linger (how long a
-    # record waits for others to join its batch) would end after a fiftieth of the work it
-    # covers natively: batches of a few records, each paying a batch's fixed cost. Scaled by
-    # the same factor, batches are as large as in a native run.
+    # Under valgrind code runs `slowdown` times slower (about 50x, 100x with the caches
+    # simulated), and the audit writer's linger (how long a record waits for others to join
+    # its batch) would end after that fraction of the work it covers natively: batches of a
+    # few records, each paying a batch's fixed cost. Scaled by the same factor, batches are
+    # as large as in a native run.
     from charter._runtime import writer
 
-    writer._LINGER *= 50
+    writer._LINGER *= slowdown
 
     sys.path.insert(0, str(HERE))
     with tempfile.TemporaryDirectory() as folder:
@@ -158,13 +176,16 @@ def child(case: str, governed: bool, steps: int, runs: int) -> None:
 # -- the parent: children under callgrind ---------------------------------------------------
 
 
-def count(case: str, governed: bool, steps: int, runs: int) -> tuple[int, int]:
-    """(instructions every thread executed during the measured call, governed steps it
-    ran)."""
+def count(
+    case: str, governed: bool, steps: int, runs: int, cache: bool = False
+) -> tuple[dict[str, int], int]:
+    """(callgrind's totals by event for what every thread executed during the measured call:
+    ``Ir`` the instructions, and with `cache` the simulated misses; governed steps it ran)."""
     with tempfile.TemporaryDirectory() as out:
         command = [
             "valgrind",
             "--tool=callgrind",
+            *(["--cache-sim=yes"] if cache else []),
             "--dump-before=sys_call_tracing",
             "--dump-after=sys_call_tracing",
             f"--callgrind-out-file={out}/callgrind.out",
@@ -175,18 +196,21 @@ def count(case: str, governed: bool, steps: int, runs: int) -> tuple[int, int]:
             "governed" if governed else "do-nothing",
             str(steps),
             str(runs),
+            str(_SLOWDOWN_CACHE if cache else _SLOWDOWN),
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
         # A dump ends where the call starts and another where it returns: the last numbered
         # dump is the measured region (the unnumbered file is what ran after it).
         dumps = sorted(Path(out).glob("callgrind.out.*"), key=lambda f: int(f.suffix[1:]))
-        collected = _TOTALS.search(dumps[-1].read_text()) if len(dumps) >= 2 else None
+        text = dumps[-1].read_text() if len(dumps) >= 2 else ""
+    collected, events = _TOTALS.search(text), _EVENTS.search(text)
     stepped = re.search(r"STEPS (\d+)", done.stdout)
-    if done.returncode != 0 or collected is None or stepped is None:
+    if done.returncode != 0 or collected is None or events is None or stepped is None:
         tail = "\n".join((done.stderr or done.stdout).splitlines()[-15:])
         raise RuntimeError(f"{case} ({'governed' if governed else 'do-nothing'}) failed:\n{tail}")
-    return int(collected.group(1)), int(stepped.group(1))
+    totals = dict(zip(events.group(1).split(), map(int, collected.group(1).split()), strict=False))
+    return totals, int(stepped.group(1))
 
 
 def main() -> None:
@@ -201,11 +225,14 @@ def main() -> None:
         help="tool turns per run (gate: steps; langgraph runs its 50-node graph)",
     )
     parser.add_argument("--runs", type=int, default=2, help="measured runs per case and mode")
-    parser.add_argument("--child", nargs=4, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--cache", action="store_true", help="simulate the caches too and print misses per step"
+    )
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        case, mode, steps, runs = args.child
-        child(case, mode == "governed", int(steps), int(runs))
+        case, mode, steps, runs, slowdown = args.child
+        child(case, mode == "governed", int(steps), int(runs), int(slowdown))
         return
     if shutil.which("valgrind") is None:
         print("footprint: valgrind is not installed (apt-get install valgrind); nothing measured")
@@ -220,13 +247,21 @@ def main() -> None:
         for case in cases:
             steps = gate_steps if case == "gate" else args.steps
             for governed in (False, True):
-                jobs[case, governed] = pool.submit(count, case, governed, steps, args.runs)
-    print(f"instructions per governed step over the do-nothing counterpart ({args.runs} runs)")
-    print("  case         governed steps   instructions per step")
+                jobs[case, governed] = pool.submit(
+                    count, case, governed, steps, args.runs, args.cache
+                )
+    columns = [("instructions per step", ("Ir",)), *(_MISSES if args.cache else ())]
+    print(f"per governed step, over the do-nothing counterpart ({args.runs} runs)")
+    print("  case         governed steps" + "".join(f"   {h:>21}" for h, _ in columns))
     for case in cases:
         base, _ = jobs[case, False].result()
         governed, stepped = jobs[case, True].result()
-        print(f"  {case:<12} {stepped:>14}   {(governed - base) / stepped:>21,.0f}")
+        figures = (
+            (sum(governed.get(e, 0) for e in events) - sum(base.get(e, 0) for e in events))
+            / stepped
+            for _, events in columns
+        )
+        print(f"  {case:<12} {stepped:>14}" + "".join(f"   {f:>21,.0f}" for f in figures))
 
 
 if __name__ == "__main__":
