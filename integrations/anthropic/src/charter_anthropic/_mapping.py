@@ -12,6 +12,7 @@ from charter.integration import (
     ToolCall,
     after_model_turn,
     chat_message,
+    is_mapping,
     model_step,
     usage,
 )
@@ -31,7 +32,7 @@ def endpoint(url: str) -> bool:
 def _text(content: Any) -> Any:
     if isinstance(content, str) or not isinstance(content, Sequence):
         return content
-    texts = [b.get("text") for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
+    texts = [b.get("text") for b in content if is_mapping(b) and b.get("type") == "text"]
     return "\n".join(t for t in texts if isinstance(t, str)) if texts else content
 
 
@@ -40,8 +41,8 @@ def _parts(m: Mapping[str, Any]) -> tuple[list[Any], list[Any], list[Any]]:
     `m`'s content (none for text content)."""
     content = m.get("content")
     blocks = content if isinstance(content, list) else []
-    results = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_result"]
-    uses = [b for b in blocks if isinstance(b, Mapping) and b.get("type") == "tool_use"]
+    results = [b for b in blocks if is_mapping(b) and b.get("type") == "tool_result"]
+    uses = [b for b in blocks if is_mapping(b) and b.get("type") == "tool_use"]
     rest = [b for b in blocks if b not in results and b not in uses]
     return results, uses, rest
 
@@ -88,7 +89,7 @@ def _messages(body: Mapping[str, Any]) -> tuple[list[dict[str, Any]], int]:
     """The messages new since the model's last turn, in the contract's shape, and how many
     the whole request makes: an agent loop resends the conversation on every call, and only
     what follows the model's last turn is recorded, so only that is converted."""
-    given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+    given = [m for m in body.get("messages") or () if is_mapping(m)]
     start = after_model_turn(given, _is_model_turn)
     out: list[dict[str, Any]] = []
     if body.get("system") and not start:

@@ -13,6 +13,7 @@ from charter.integration import (
     ToolCall,
     after_model_turn,
     chat_message,
+    is_mapping,
     model_step,
     usage,
 )
@@ -78,7 +79,7 @@ def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> S
             messages.append(chat_message("system", body["system"]))
         messages.append(chat_message("user", body.get("prompt") or ""))
         return model_step(FRAMEWORK, model, messages, **common)
-    given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+    given = [m for m in body.get("messages") or () if is_mapping(m)]
     # Only what follows the model's last turn is converted (what the step records); the rest
     # is counted: an agent loop resends the whole conversation on every call.
     start = after_model_turn(given, lambda m: str(m.get("role")) == "assistant")

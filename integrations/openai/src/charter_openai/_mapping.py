@@ -12,6 +12,7 @@ from charter.integration import (
     ToolCall,
     after_model_turn,
     chat_message,
+    is_mapping,
     model_step,
     usage,
 )
@@ -100,7 +101,7 @@ def _chat_message(m: Mapping[str, Any]) -> dict[str, Any]:
 def _item_role(item: Any) -> str | None:
     """The role of the message `_response_item` makes of Responses input item `item`, or
     None for an item it skips (reasoning, web search calls, ...)."""
-    if not isinstance(item, Mapping):
+    if not is_mapping(item):
         return None
     kind = item.get("type")
     if kind == "function_call_output":
@@ -142,7 +143,7 @@ def request_step(api: str, body: Mapping[str, Any], ids: Mapping[str, Any]) -> S
     """The ``step.model`` intent of one request body (Chat Completions or Responses)."""
     count = None
     if api == "chat":
-        given = [m for m in body.get("messages") or () if isinstance(m, Mapping)]
+        given = [m for m in body.get("messages") or () if is_mapping(m)]
         # Only what follows the model's last turn is converted (what the step records); the
         # rest is counted: an agent loop resends the whole conversation on every call.
         start = after_model_turn(given, lambda m: _chat_role(m) == "assistant")
