@@ -82,6 +82,7 @@ def bench(session: nox.Session) -> None:
         "bench/langgraph_graph.py",
         "bench/crewai_crew.py",
         "bench/llamaindex_agent.py",
+        "bench/writer_batches.py",
         "bench/report.py",
         "bench/shell_view.py",
         "bench/model_clients.py",

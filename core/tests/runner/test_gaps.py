@@ -101,6 +101,44 @@ def test_a_flood_on_a_full_queue_leaves_declared_gaps_and_keeps_blocks_and_bound
 
 
 @pytest.mark.allow_internal_errors
+def test_a_queue_full_of_blocked_steps_still_keeps_the_task_end_which_declares_the_rest(
+    tmp_path: Path,
+) -> None:
+    # Blocked steps are of high value, so once they fill the queue nothing is evicted for
+    # another one; the task's end takes the newest one's place: dropped, it would take the
+    # gap declarations with it and the trail would end as if nothing were missing.
+    store = HeldStore(tmp_path / "audit.db")
+    runner = Runner(policies=[_NO_RM], queue_size=10, store=store, exit_flush_seconds=0.2)
+    gov = Governor(runner)
+    try:
+        blocked: list[int] = []
+        with gov.task("flood"):
+            for _ in range(40):
+                with pytest.raises(BlockedError) as refused:
+                    gov.begin_step("step.exec", name="bash", input={"command": "rm -rf /"})
+                seq = refused.value.result.recorded_seq
+                assert seq is not None
+                blocked.append(seq)
+            end_seq = gov.runner.engine.next_seq("flood")
+        store.release.set()
+        assert gov.flush(30)
+        stored = {r["seq"]: r for r in store.read_task("flood", "default")}
+        assert stored[1]["kind"] == "task.start"
+        assert stored[end_seq]["kind"] == "task.end"
+        report = store.verify()
+        assert report.ok, str(report)
+        dropped = {s for g in report.gaps for s in range(g.first, g.last + 1)}
+        assert dropped & set(blocked), "40 blocked steps fit a queue of 10"
+        assert not dropped & set(stored)
+        assert dropped | set(stored) == set(range(1, end_seq + 1))
+        assert runner.status()["queue"]["gaps"] == []  # the task's end declared them all
+    finally:
+        store.release.set()
+        runner.close(10)
+        store.close()
+
+
+@pytest.mark.allow_internal_errors
 def test_a_record_the_store_refuses_leaves_a_gap_with_the_stores_reason(tmp_path: Path) -> None:
     store = RefusingStore(tmp_path / "audit.db")
     runner = Runner(policies=[], store=store)

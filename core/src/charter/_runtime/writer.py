@@ -5,13 +5,16 @@ Two durabilities:
 - ``buffered``: records go into a bounded in-memory queue and one daemon thread redacts and
   commits them in batches (everything available, up to 500 per append). The agent never
   waits for I/O. A record waits at most `_LINGER` (200 ms) for others to join its batch; a
-  caller waiting for its records (a task end, `flush`, `close`) or a full batch ends the
-  wait at once. When the queue is full, a record of high value (a task boundary, a blocked
-  step, a step.gate, a step a policy would have blocked or asked about in monitor mode)
-  takes the place of the newest queued record of lower value; otherwise the new record is
-  dropped. A failing append is retried (3 attempts, short backoff); a batch that still fails
-  is retried record by record, so one bad record cannot take its neighbours with it; what
-  still fails is dropped.
+  caller waiting for its records (a task end, `flush`, `close`) or a full batch (500
+  records, or half the queue when it holds fewer than 1,000) ends the wait at once. When
+  the queue is full, a record of high value (a task boundary, a blocked step, a step.gate,
+  a step a policy would have blocked or asked about in monitor mode) takes the place of the
+  newest queued record of lower value; a task boundary, when every queued record is of high
+  value, takes the place of the newest that is no boundary (a chain's end declares the
+  records dropped before it: without it they would leave no trace once the process is
+  gone); otherwise the new record is dropped. A failing append is retried (3 attempts,
+  short backoff); a batch that still fails is retried record by record, so one bad record
+  cannot take its neighbours with it; what still fails is dropped.
 
 Every dropped record is counted by cause and leaves a gap: its seq was assigned when the step
 was recorded and is never reused, and the next record the writer stores in that chain
@@ -63,6 +66,11 @@ _BACKOFF = (0.05, 0.2)
 _LINGER = 0.2
 _DETAIL_MAX = 300
 _HIGH_DECISIONS = frozenset({"block", "ask"})
+
+
+def _is_boundary(record: Mapping[str, Any]) -> bool:
+    kind = record.get("kind")
+    return isinstance(kind, str) and kind.startswith("task.")
 
 
 def is_high_value(record: Mapping[str, Any]) -> bool:
@@ -150,6 +158,10 @@ class AuditWriter:
         self._prepare = prepare
         self.checkpointer = checkpointer
         self._size = queue_size
+        # A batch this large ends the linger: BATCH_MAX, or half a small queue, so a queue
+        # filling up is written before it overflows instead of dropping records while the
+        # writer waits out its linger.
+        self._batch_at = max(1, min(BATCH_MAX, queue_size // 2))
         self._queue: deque[tuple[int, dict[str, Any], bool]] = deque()
         self._low = 0  # queued records of lower value (the ones a full queue may evict)
         self._gaps: dict[tuple[str, str], list[list[Any]]] = {}
@@ -250,7 +262,7 @@ class AuditWriter:
                     dropped += 1
                     continue
                 if len(self._queue) >= self._size:
-                    if not (high and self._low and self._evict()):
+                    if not (high and self._evict(_is_boundary(record))):
                         self._drop(record, "queue_full")
                         dropped += 1
                         continue
@@ -263,7 +275,7 @@ class AuditWriter:
             if ticket:
                 if self._idle:  # only an idle writer waits for records on `_cond`
                     self._cond.notify()
-                if len(self._queue) >= BATCH_MAX:
+                if len(self._queue) >= self._batch_at:
                     self._hurry.notify()
         if dropped:
             why = "the runner is closed" if self._closed else f"the queue is full ({self._size})"
@@ -276,13 +288,18 @@ class AuditWriter:
             )
         return ticket
 
-    def _evict(self) -> bool:
-        """Drop the newest queued record of lower value; the condition's lock is held."""
+    def _evict(self, boundary: bool) -> bool:
+        """Drop the newest queued record of lower value or, for a `boundary` when every
+        queued record is of high value, the newest that is no boundary; the condition's lock
+        is held. Returns whether one was dropped."""
+        low = self._low > 0
+        if not low and not boundary:
+            return False
         for index in range(len(self._queue) - 1, -1, -1):
-            if not self._queue[index][2]:
-                _, record, _ = self._queue[index]
+            _, record, high = self._queue[index]
+            if (not high) if low else not _is_boundary(record):
                 del self._queue[index]
-                self._low -= 1
+                self._low -= not high
                 self.evicted += 1
                 self._drop(record, "queue_full")
                 return True
@@ -399,7 +416,9 @@ class AuditWriter:
                 # transaction and take the GIL from the agent once per step. Anyone waiting for
                 # records (a task end, flush, close) or a full batch ends the linger at once.
                 deadline = time.monotonic() + _LINGER
-                while len(self._queue) < BATCH_MAX and not self._stopping and not self._waiters:
+                while (
+                    len(self._queue) < self._batch_at and not self._stopping and not self._waiters
+                ):
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
