@@ -68,15 +68,15 @@ _DETAIL_MAX = 300
 _HIGH_DECISIONS = frozenset({"block", "ask"})
 
 
-def _is_boundary(record: Mapping[str, Any]) -> bool:
-    kind = record.get("kind")
+def _is_boundary(kind: object) -> bool:
+    """Whether a record's `kind` is a task boundary (``task.start``, ``task.end``, ...)."""
     return isinstance(kind, str) and kind.startswith("task.")
 
 
 def is_high_value(record: Mapping[str, Any]) -> bool:
     """Whether `record` may take a queued lower-value record's place in a full queue."""
     kind = record.get("kind")
-    if not isinstance(kind, str) or kind.startswith("task.") or kind == "step.gate":
+    if not isinstance(kind, str) or _is_boundary(kind) or kind == "step.gate":
         return True
     meta = record.get("meta")
     if not meta or (type(meta) is not dict and not isinstance(meta, Mapping)):
@@ -262,7 +262,7 @@ class AuditWriter:
                     dropped += 1
                     continue
                 if len(self._queue) >= self._size:
-                    if not (high and self._evict(_is_boundary(record))):
+                    if not (high and self._evict(_is_boundary(record.get("kind")))):
                         self._drop(record, "queue_full")
                         dropped += 1
                         continue
@@ -297,7 +297,7 @@ class AuditWriter:
             return False
         for index in range(len(self._queue) - 1, -1, -1):
             _, record, high = self._queue[index]
-            if (not high) if low else not _is_boundary(record):
+            if (not high) if low else not _is_boundary(record.get("kind")):
                 del self._queue[index]
                 self._low -= not high
                 self.evicted += 1
