@@ -81,3 +81,27 @@ def test_a_small_queue_filling_up_ends_the_linger(
         assert [r["kind"] for r in stored] == ["task.start"] + ["step.exec"] * 4
         assert gov.status()["queue"]["dropped"] == 0
     gov.close()
+
+
+def test_a_task_ended_without_waiting_is_written_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `end_task(wait=False)` returns before the commit (an event loop's callback must not
+    # stop for the store), but the end still starts the writer: nobody waits, and the
+    # linger is far beyond the test.
+    monkeypatch.setattr(writer, "_LINGER", 3600.0)
+    gov = Governor(policies=[], audit_location=f"sqlite:///{tmp_path / 'f.db'}")
+    store = gov.runner.store
+    assert store is not None
+    task = gov.start_task("t", name="run")
+    with gov.step("step.exec", name="ls", input={"command": "ls"}, task_id=task) as step:
+        step.output = {"ok": True}
+    gov.end_task(task, output={"done": True}, wait=False)
+    agent = gov.runner.agent_id
+    deadline = time.monotonic() + 30
+    while not store.list_tasks(agent) and time.monotonic() < deadline:
+        time.sleep(0.01)  # one batch holds the three records: the task is there once it is
+    stored = store.read_task("t", agent)
+    assert [r["kind"] for r in stored] == ["task.start", "step.exec", "task.end"]
+    assert stored[-1]["output"] == {"done": True}
+    gov.close()

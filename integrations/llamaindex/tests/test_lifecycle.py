@@ -1,16 +1,25 @@
 """Runs and tasks: each run its own task, nested governed workflows nest, uninstall gives the
-objects their own classes back, and a second govern of the same object is refused."""
+objects their own classes back, a second govern of the same object is refused, and a run's end
+never stops the event loop for the store."""
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import charter
 import pytest
+from charter._audit.sqlite import SQLiteStore
 from charter_llamaindex import govern
 from charter_llamaindex.testing import ScriptedLLM, tool_call
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.llms.mock import MockFunctionCallingLLM
 from llama_index.core.tools import FunctionTool
 
-from .conftest import run, steps, trail
+from .conftest import AGENT, run, steps, trail
 
 
 def _lookup(city: str) -> str:
@@ -86,3 +95,44 @@ def test_an_ungoverned_run_after_uninstall_records_nothing(governor) -> None:
         run(lambda: agent.run(user_msg="governed"))
     run(lambda: agent.run(user_msg="not governed"))
     assert len([r for r in trail(gov) if r["kind"] == "task.start"]) == 1
+
+
+class _SlowDisk(SQLiteStore):
+    """A real SQLite store whose writes do not start until `go` is set."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.go = threading.Event()
+
+    def append(self, entries: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        self.go.wait(60)
+        return super().append(entries)
+
+
+def test_a_run_ends_without_stopping_the_event_loop_for_the_store(tmp_path: Path) -> None:
+    # The run's end is recorded in a callback on the event loop, before `await handler`
+    # returns; waiting there for the commit would stall every run on the loop.
+    store = _SlowDisk(tmp_path / "audit.db")
+    runner = charter.Runner(policies=[], agent_id=AGENT, store=store, exit_flush_seconds=20)
+    gov = charter.Governor(runner)
+    agent = FunctionAgent(tools=[], llm=ScriptedLLM(["done"]))
+    try:
+        with govern(agent, governor=gov):
+            started = time.monotonic()
+            result = run(lambda: agent.run(user_msg="hello"))
+            took = time.monotonic() - started
+            assert str(result) == "done"
+            assert took < 10, f"the run's end waited {took:.0f} s for the store on the loop"
+            assert not gov.flush(0), "the store is stalled: the records are still queued"
+            store.go.set()
+        records = trail(gov)  # flushed and verified
+        assert [r["kind"] for r in records] == [
+            "task.start",
+            "step.message",
+            "step.model",
+            "task.end",
+        ]
+        assert records[-1]["output"]["response"] == "done"
+    finally:
+        store.go.set()
+        gov.close(5)

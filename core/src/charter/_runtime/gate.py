@@ -823,10 +823,17 @@ class Gate:
             raise
 
     def end_task(
-        self, task_id: str, error: BaseException | None = None, output: Any = None
+        self,
+        task_id: str,
+        error: BaseException | None = None,
+        output: Any = None,
+        *,
+        wait: bool = True,
     ) -> None:
         """Record task.end (task.error given `error`); steps still open are recorded as
-        abandoned first. Follows the recording rule."""
+        abandoned first. Follows the recording rule. `wait=False` returns without waiting for
+        the store to commit them (for a callback on an event loop; see
+        `charter.Governor.end_task`)."""
         self._recorded(
             "the end of task",
             task_id,
@@ -834,6 +841,7 @@ class Gate:
             task_id,
             error,
             output=output,
+            wait=wait,
         )
 
     async def aend_task(

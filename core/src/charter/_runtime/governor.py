@@ -708,11 +708,14 @@ class Governor:
             output=data if data is not None else {},
         )
 
-    def _close(self, task_id: str, error: BaseException | None, output: Any) -> None:
+    def _close(
+        self, task_id: str, error: BaseException | None, output: Any, wait: bool = True
+    ) -> None:
         if self.runner.engine.task_state(task_id) == "ended":
             self._forget(task_id)
             return
-        self.runner.end_task(task_id, self._closing(task_id, error, output))
+        closing = self._closing(task_id, error, output)
+        self.runner.end_task(task_id, closing, wait=None if wait else 0)
         self._forget(task_id)
 
     def _forget(self, task_id: str) -> None:
@@ -723,15 +726,23 @@ class Governor:
                 del self._approvals[key]
 
     def end_task(
-        self, task_id: str, error: BaseException | None = None, *, output: Any = None
+        self,
+        task_id: str,
+        error: BaseException | None = None,
+        *,
+        output: Any = None,
+        wait: bool = True,
     ) -> None:
         """Record task.end (with `output`) or, given `error`, task.error; then forget the task.
 
-        Steps still open are recorded as abandoned first. Waits (up to exit_flush_seconds)
-        for the task's records to be committed. Ending an ended task (for instance one the
-        idle sweeper closed) does nothing; refuses (ValueError) a task never started.
+        Steps still open are recorded as abandoned first. With `wait` (the default), waits
+        up to exit_flush_seconds for the task's records to be committed; without it returns
+        once they are recorded and queued (the writer starts on them at once), for code that
+        must not stop for the store, such as a callback on an event loop. In sync durability
+        they are committed before it returns either way. Ending an ended task (for instance
+        one the idle sweeper closed) does nothing; refuses (ValueError) a task never started.
         """
-        self._close(task_id, error, output)
+        self._close(task_id, error, output, wait)
 
     async def aend_task(
         self, task_id: str, error: BaseException | None = None, *, output: Any = None

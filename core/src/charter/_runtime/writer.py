@@ -5,8 +5,9 @@ Two durabilities:
 - ``buffered``: records go into a bounded in-memory queue and one daemon thread redacts and
   commits them in batches (everything available, up to 500 per append). The agent never
   waits for I/O. A record waits at most `_LINGER` (200 ms) for others to join its batch; a
-  caller waiting for its records (a task end, `flush`, `close`) or a full batch (500
-  records, or half the queue when it holds fewer than 1,000) ends the wait at once. When
+  task's end (task.end, task.error, task.idle), a caller waiting for its records (`flush`,
+  `close`) or a full batch (500 records, or half the queue when it holds fewer than 1,000)
+  ends the wait at once. When
   the queue is full, a record of high value (a task boundary, a blocked step, a step.gate,
   a step a policy would have blocked or asked about in monitor mode) takes the place of the
   newest queued record of lower value; a task boundary, when every queued record is of high
@@ -66,6 +67,9 @@ _BACKOFF = (0.05, 0.2)
 _LINGER = 0.2
 _DETAIL_MAX = 300
 _HIGH_DECISIONS = frozenset({"block", "ask"})
+
+
+_CLOSING = frozenset({"task.end", "task.error", "task.idle"})
 
 
 def _is_boundary(kind: object) -> bool:
@@ -172,6 +176,10 @@ class AuditWriter:
         self._hurry = threading.Condition(lock)
         self._ticket = 0
         self._done = 0
+        # The ticket of the newest queued task end, and of the newest record taken into a
+        # batch: while a task end waits in the queue the writer does not linger.
+        self._rush = 0
+        self._taken = 0
         self._in_flight = 0
         self._waiters = 0
         self._idle = False  # the writer waits on `_cond` for records (submit must notify)
@@ -272,10 +280,12 @@ class AuditWriter:
                 self._queue.append((ticket, record, high))
                 self._low += not high
                 self.queued += 1
+                if high and record.get("kind") in _CLOSING:
+                    self._rush = ticket
             if ticket:
                 if self._idle:  # only an idle writer waits for records on `_cond`
                     self._cond.notify()
-                if len(self._queue) >= self._batch_at:
+                if len(self._queue) >= self._batch_at or self._rush > self._taken:
                     self._hurry.notify()
         if dropped:
             why = "the runner is closed" if self._closed else f"the queue is full ({self._size})"
@@ -413,11 +423,15 @@ class AuditWriter:
                 if not self._queue:
                     return
                 # Let a batch gather: woken per record, the writer would commit one record per
-                # transaction and take the GIL from the agent once per step. Anyone waiting for
-                # records (a task end, flush, close) or a full batch ends the linger at once.
+                # transaction and take the GIL from the agent once per step. A task's end,
+                # anyone waiting for records (flush, close) or a full batch ends the linger
+                # at once.
                 deadline = time.monotonic() + _LINGER
                 while (
-                    len(self._queue) < self._batch_at and not self._stopping and not self._waiters
+                    len(self._queue) < self._batch_at
+                    and not self._stopping
+                    and not self._waiters
+                    and self._rush <= self._taken
                 ):
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -427,6 +441,7 @@ class AuditWriter:
                 if not count:  # close() dropped what was queued while the writer lingered
                     continue
                 batch = [self._queue.popleft() for _ in range(count)]
+                self._taken = batch[-1][0]
                 self._low -= sum(not high for _, _, high in batch)
                 self._in_flight = count
             try:

@@ -538,11 +538,15 @@ class Governance:
                 del _runs[run.run_id]
         if not run.owned or run.task_id is None or outcome.paused:
             return  # nested runs end with their parent; a paused run resumes later
+        # This runs on the event loop, ahead of whoever awaits the handler: the end is
+        # recorded and queued here, and the loop (every other run on it) never stops while
+        # the store commits it.
         try:
             if outcome.error is not None:
-                self.gate.end_task(run.task_id, outcome.error)
+                self.gate.end_task(run.task_id, outcome.error, wait=False)
             else:
-                self.gate.end_task(run.task_id, output=li.result_output(outcome.result))
+                output = li.result_output(outcome.result)
+                self.gate.end_task(run.task_id, output=output, wait=False)
         except Exception as exc:
             _report(exc, "recording a run's end")
 
