@@ -358,6 +358,8 @@ _FIELD_NAMES = (
     "properties",
     "meta",
 )
+# For the membership test `derived` makes per change (a tuple compares name by name).
+_FIELDS = frozenset(_FIELD_NAMES)
 
 
 class _Draft(Frozen):
@@ -394,7 +396,7 @@ def derived(b: Behavior, changes: dict[str, Any]) -> Behavior:
     d.properties = b.properties
     d.meta = b.meta
     for name, value in changes.items():
-        if name not in _FIELD_NAMES:
+        if name not in _FIELDS:
             raise TypeError(f"Behavior has no field {name!r}")
         setattr(d, name, value)
     d.__class__ = Behavior

@@ -61,8 +61,6 @@ __all__ = [
 
 ROLES = ("system", "user", "assistant", "tool")
 
-_USAGE_KEYS = ("input_tokens", "output_tokens", "total_tokens")
-
 
 class Step(Frozen):
     """One step as an integration describes it before it is judged.
@@ -359,12 +357,15 @@ def usage(
 ) -> dict[str, int] | None:
     """Token usage at ``properties.model.usage``: the integer counts given (a total is
     derived from input and output when missing); None when none is known."""
-    found = {
-        k: v
-        for k, v in zip(_USAGE_KEYS, (input_tokens, output_tokens, total_tokens), strict=True)
-        if type(v) is int and v >= 0
-    }
-    if "total_tokens" not in found and "input_tokens" in found and "output_tokens" in found:
+    # Written out: this runs on every model call's outcome.
+    found: dict[str, int] = {}
+    if type(input_tokens) is int and input_tokens >= 0:
+        found["input_tokens"] = input_tokens
+    if type(output_tokens) is int and output_tokens >= 0:
+        found["output_tokens"] = output_tokens
+    if type(total_tokens) is int and total_tokens >= 0:
+        found["total_tokens"] = total_tokens
+    elif "input_tokens" in found and "output_tokens" in found:
         found["total_tokens"] = found["input_tokens"] + found["output_tokens"]
     return found or None
 
@@ -374,7 +375,11 @@ def model_outcome(
 ) -> dict[str, Any] | None:
     """The outcome-only properties of a model call (``{"model": {usage, stop_reason}}``),
     for `Gate.complete(properties=...)`; None when nothing is known."""
-    model = _group(usage=dict(usage) if usage else None, stop_reason=stop_reason or None)
+    model: dict[str, Any] = {}
+    if usage:
+        model["usage"] = dict(usage)
+    if stop_reason:
+        model["stop_reason"] = stop_reason
     return {"model": model} if model else None
 
 

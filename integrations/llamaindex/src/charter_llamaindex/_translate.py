@@ -6,7 +6,8 @@ provider's own message or response class is read the same way as LlamaIndex's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import charter
@@ -22,8 +23,16 @@ from charter.integration import (
 )
 from charter.integration import model_step as build_model_step
 
-# LlamaIndex's MessageRole values outside the contract's four.
-_ROLE = {"developer": "system", "function": "tool", "chatbot": "assistant", "model": "assistant"}
+# LlamaIndex's MessageRole values in the contract's four roles. MessageRole is a str enum whose
+# members hash and compare as their values, so a member finds its role here without asking
+# its `value` (a Python-level property of every enum).
+_ROLE = {
+    **{role: role for role in ROLES},
+    "developer": "system",
+    "function": "tool",
+    "chatbot": "assistant",
+    "model": "assistant",
+}
 # Tool classes whose output is content from documents (retrieval), by class name so that
 # importing LlamaIndex's query engine machinery is never needed to tell.
 _RETRIEVAL_TOOLS = ("QueryEngineTool", "RetrieverTool")
@@ -154,9 +163,11 @@ def _plain(value: Any) -> bool:
 
 def _role(message: Any) -> str:
     role = getattr(message, "role", None)
-    value = str(getattr(role, "value", role))
-    value = _ROLE.get(value, value)
-    return value if value in ROLES else "user"
+    if type(role) is str or isinstance(role, str):
+        found = _ROLE.get(role)
+        if found is not None:
+            return found
+    return _ROLE.get(str(getattr(role, "value", role)), "user")
 
 
 def _content(message: Any) -> Any:
@@ -236,11 +247,17 @@ def provider(llm: Any, cls: type) -> str:
 
 
 def model_name(llm: Any, cls: type) -> str:
+    """The model an LLM calls: its ``model`` field (what LlamaIndex's provider LLMs send
+    and report as ``metadata.model_name``), else its metadata's name, else its class name.
+    The field is read first: ``metadata`` builds a new pydantic object on every read."""
+    name = text(attribute(llm, "model"))
+    if name is not None:
+        return name
     try:
         name = text(getattr(llm.metadata, "model_name", None))
     except Exception:
         name = None
-    return name or text(attribute(llm, "model")) or cls.__name__
+    return name or cls.__name__
 
 
 def model_step(
@@ -261,12 +278,22 @@ def model_step(
     )
 
 
-def _get(obj: Any, key: str) -> Any:
+def _nothing(key: str) -> None:
+    return None
+
+
+def _reader(obj: Any) -> Callable[[str], Any]:
+    """How to read a field of `obj`: a mapping's ``get``, an object's `attribute`."""
     if obj is None:
-        return None
+        return _nothing
     if is_mapping(obj):
-        return obj.get(key)
-    return attribute(obj, key)
+        return obj.get
+    return functools.partial(attribute, obj)
+
+
+def _either(read: Callable[[str], Any], key: str, other: str) -> Any:
+    value = read(key)
+    return value if value is not None else read(other)
 
 
 def response_output(response: Any) -> dict[str, Any]:
@@ -281,29 +308,21 @@ def response_properties(response: Any) -> dict[str, Any] | None:
     ``additional_kwargs`` (OpenAI's prompt/completion tokens) or the raw response's
     ``usage`` (input/output tokens), and its finish or stop reason."""
     extra = getattr(response, "additional_kwargs", None) or {}
-    raw = getattr(response, "raw", None)
-    raw_usage = _get(raw, "usage")
+    read_raw = _reader(getattr(response, "raw", None))
     found = None
-    for source in (extra, raw_usage):
+    for source in (extra, read_raw("usage")):
         if source is None:
             continue
+        read = _reader(source)
         found = usage(
-            _first(source, "input_tokens", "prompt_tokens"),
-            _first(source, "output_tokens", "completion_tokens"),
-            _get(source, "total_tokens"),
+            _either(read, "input_tokens", "prompt_tokens"),
+            _either(read, "output_tokens", "completion_tokens"),
+            read("total_tokens"),
         )
         if found:
             break
-    stop = _get(raw, "stop_reason") or _get(raw, "finish_reason") or _get(raw, "done_reason")
-    choices = _get(raw, "choices")
+    stop = read_raw("stop_reason") or read_raw("finish_reason") or read_raw("done_reason")
+    choices = read_raw("choices")
     if stop is None and isinstance(choices, list) and choices:
-        stop = _get(choices[0], "finish_reason")
+        stop = _reader(choices[0])("finish_reason")
     return model_outcome(usage=found, stop_reason=text(stop))
-
-
-def _first(source: Any, *keys: str) -> Any:
-    for key in keys:
-        value = _get(source, key)
-        if value is not None:
-            return value
-    return None
