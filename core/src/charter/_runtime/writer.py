@@ -7,15 +7,14 @@ Two durabilities:
   waits for I/O. A record waits at most `_LINGER` (200 ms) for others to join its batch; a
   task's end (task.end, task.error, task.idle), a caller waiting for its records (`flush`,
   `close`) or a full batch (500 records, or half the queue when it holds fewer than 1,000)
-  ends the wait at once. When
-  the queue is full, a record of high value (a task boundary, a blocked step, a step.gate,
-  a step a policy would have blocked or asked about in monitor mode) takes the place of the
-  newest queued record of lower value; a task boundary, when every queued record is of high
-  value, takes the place of the newest that is no boundary (a chain's end declares the
-  records dropped before it: without it they would leave no trace once the process is
-  gone); otherwise the new record is dropped. A failing append is retried (3 attempts,
-  short backoff); a batch that still fails is retried record by record, so one bad record
-  cannot take its neighbours with it; what still fails is dropped.
+  ends the wait at once. When the queue is full, a record of high value (a task boundary, a
+  blocked step, a step.gate, a step a policy would have blocked or asked about in monitor
+  mode) takes the place of the newest queued record of lower value; a task boundary, when
+  every queued record is of high value, takes the place of the newest that is no boundary (a
+  chain's end declares the records dropped before it: without it they would leave no trace
+  once the process is gone); otherwise the new record is dropped. A failing append is
+  retried (3 attempts, short backoff); a batch that still fails is retried record by record,
+  so one bad record cannot take its neighbours with it; what still fails is dropped.
 
 Every dropped record is counted by cause and leaves a gap: its seq was assigned when the step
 was recorded and is never reused, and the next record the writer stores in that chain
@@ -39,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from charter._audit.base import GAP_KEY, AuditStore, StoreError
 from charter._audit.chain import prepare_entry
 from charter._audit.location import open_store
-from charter._model.behavior import Behavior
+from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._runtime.internal import report_internal_error
 
 # Checkpoints (and the signing code under them) load only when a signing key is set, the
@@ -67,9 +66,6 @@ _BACKOFF = (0.05, 0.2)
 _LINGER = 0.2
 _DETAIL_MAX = 300
 _HIGH_DECISIONS = frozenset({"block", "ask"})
-
-
-_CLOSING = frozenset({"task.end", "task.error", "task.idle"})
 
 
 def _is_boundary(kind: object) -> bool:
@@ -280,7 +276,9 @@ class AuditWriter:
                 self._queue.append((ticket, record, high))
                 self._low += not high
                 self.queued += 1
-                if high and record.get("kind") in _CLOSING:
+                # ActionKind is a str enum: a record's kind text finds its member.
+                kind = record.get("kind")
+                if high and type(kind) is str and kind in CLOSING_KINDS:
                     self._rush = ticket
             if ticket:
                 if self._idle:  # only an idle writer waits for records on `_cond`
