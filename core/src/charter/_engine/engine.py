@@ -387,6 +387,9 @@ class PolicyEngine:
         self._version = 0
         self._source: str | None = None
         self._applicable: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        # Whether some policy counts outside its task: `shared_demands` is asked on every
+        # step, and with no such policy (the common case) it answers without the lock.
+        self._counts_shared = False
         self._chosen: dict[tuple[Any, ...], _Choice] = {}
         self._tasks: dict[str, TaskHistory] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()
@@ -418,6 +421,7 @@ class PolicyEngine:
                 for c in self._compiled
             }
             self._complies = {id(c): _complying(c) for c in self._compiled}
+            self._counts_shared = any(_counts_shared(c) for c in self._compiled)
             self._sets = pattern_sets(
                 [
                     (id(c), c.spec.fn, c.prepared)
@@ -648,6 +652,8 @@ class PolicyEngine:
         policies judging it. Pure: reads the policies and the step, nothing else; empty when
         no applicable policy counts outside the task (the common case, kept cheap).
         """
+        if not self._counts_shared:
+            return ()
         with self._lock:
             if self._agent_id is not None and self._agent_id != intended.agent_id:
                 return ()
@@ -672,8 +678,7 @@ class PolicyEngine:
             found = tuple(
                 c
                 for c in self._policies_for(context, EnforcementPoint.STEP_EXECUTION)
-                if getattr(c.prepared, "scope", None) is not None
-                and callable(getattr(c.prepared, "shared_demand", None))
+                if _counts_shared(c)
             )
             self._applicable[key] = found
         return found
@@ -1147,6 +1152,13 @@ def _unjudgeable(
                 p.description,
             )
     return None
+
+
+def _counts_shared(c: CompiledPolicy) -> bool:
+    """Whether `c` counts steps outside their task (a shared scope)."""
+    return getattr(c.prepared, "scope", None) is not None and callable(
+        getattr(c.prepared, "shared_demand", None)
+    )
 
 
 def _complying(c: CompiledPolicy) -> PolicyResult:

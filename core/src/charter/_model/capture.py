@@ -60,6 +60,8 @@ def capture(
     ``"…[cycle]"``. A value that cannot be converted (its ``repr`` raises, say) becomes
     ``"…[uncapturable <error>]"`` in its place only; the rest is captured (see `is_lost`).
     """
+    if type(value) is str and (max_string is None or len(value) <= max_string):
+        return value  # most captured values are text: two calls fewer for each
     return capture_noted(value, max_string=max_string, max_items=max_items, max_depth=max_depth)[0]
 
 

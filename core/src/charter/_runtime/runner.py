@@ -216,7 +216,8 @@ class Runner:
 
     def _check_skew(self, b: Behavior) -> None:
         bound = self.settings.max_clock_skew_seconds
-        skew = abs((b.timestamp - datetime.now(UTC)).total_seconds())
+        # POSIX seconds on both sides: a datetime's difference builds a timedelta per step.
+        skew = abs(b.timestamp.timestamp() - time.time())
         if skew > bound:
             raise ValueError(
                 f"step timestamp {b.timestamp.isoformat()} is {skew:.0f} s away from this "

@@ -43,6 +43,8 @@ _PARAMS = ("temperature", "max_tokens", "top_p", "context_window")
 # catch, and messages, blocks and tool outputs are asked for names only some classes have.
 _READABLE: dict[type, frozenset[str] | None] = {}
 _READABLE_MAX = 1024
+# Each LLM class's provider (see `provider`), bounded as `_READABLE` is.
+_PROVIDERS: dict[type, str] = {}
 
 
 def _readable(cls: type) -> frozenset[str] | None:
@@ -236,14 +238,24 @@ def _tool_names(tools: Any) -> list[str]:
 
 def provider(llm: Any, cls: type) -> str:
     """The provider an LLM class belongs to: ``openai`` for ``llama_index.llms.openai``,
-    else LlamaIndex's own class name for it."""
+    else LlamaIndex's own class name for it (`class_name`, a classmethod). Found once per
+    class: every model call asks."""
+    try:
+        return _PROVIDERS[cls]
+    except KeyError:
+        pass
     parts = cls.__module__.split(".")
     if parts[:2] == ["llama_index", "llms"] and len(parts) > 2:
-        return parts[2]
-    try:
-        return str(llm.class_name())
-    except Exception:
-        return cls.__name__
+        found = parts[2]
+    else:
+        try:
+            found = str(llm.class_name())
+        except Exception:
+            found = cls.__name__
+    if len(_PROVIDERS) >= _READABLE_MAX:
+        _PROVIDERS.clear()
+    _PROVIDERS[cls] = found
+    return found
 
 
 def model_name(llm: Any, cls: type) -> str:
