@@ -129,6 +129,14 @@ _HOLDING_KEYS = frozenset(_HOLDING)
 # is simply checked each time.
 _PLAIN_KEYS: set[str] = set()
 _PLAIN_MAX = 4096
+# Texts a scan of every secret shape found clean (short, ASCII, no "%"). Most texts of a record
+# repeat on every record (keys, framework and model names, verdict reasons), and the shapes
+# are fixed for the process, so a text found clean once is clean again: the walk leaves them
+# out of the texts it gathers for the scan. Only a scan that found nothing adds to it; cleared
+# when full.
+_CLEAN: set[str] = set()
+_CLEAN_MAX = 8192
+_CLEAN_LEN = 256
 _MAX_SAFE_INT = 2**53 - 1
 
 
@@ -154,11 +162,11 @@ def _scan(value: Any, out: list[str]) -> tuple[bool, bool]:
 
 
 def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
-    """Add every string in `values` (object keys too) to `out`, and say whether any key,
-    name/value pair (`_holder`) or flag in an argument list names a secret, and whether every
-    value that is not a string, object or array is one RFC 8785 writes as the fast encoders
-    do (`charter._model.ijson._safe_values`; object keys are left to the caller, which sees
-    them in `out`).
+    """Add every string in `values` (object keys too) but those remembered clean (`_CLEAN`)
+    to `out`, and say whether any key, name/value pair (`_holder`) or flag in an argument
+    list names a secret, and whether every value that is not a string, object or array is
+    one RFC 8785 writes as the fast encoders do (`charter._model.ijson._safe_values`; object
+    keys are left to the caller, which sees them in `out`: a key left out is ASCII).
 
     One walk for all three: this runs for every record written, and separate walks cost more
     than the secret scan itself. The order of `out` is not document order; the strings are
@@ -171,7 +179,8 @@ def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
         v = stack.pop()
         t = type(v)
         if t is dict:
-            out.extend(v)
+            if not _CLEAN.issuperset(v):  # nearly always: keys repeat
+                out.extend(v.keys() - _CLEAN)
             if not named:
                 if not _PLAIN_KEYS.issuperset(v):
                     named = _dict_names(v)
@@ -188,14 +197,16 @@ def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
                             named = True
                             break
         elif t is str:
-            out.append(v)
+            if v not in _CLEAN:
+                out.append(v)
             continue
         else:
             items = (v,)
         for x in items:
             tx = type(x)
             if tx is str:
-                out.append(x)
+                if x not in _CLEAN:
+                    out.append(x)
             elif tx is dict or tx is list:
                 stack.append(x)
             elif tx is int:
@@ -215,6 +226,13 @@ def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
 _TEXT_FIELDS = ("agent_id", "task_id", "action_id", "timestamp", "kind", "verb", "step_name")
 _WIRE_KEYS = frozenset((*_TEXT_FIELDS, "seq", *_MASKED_FIELDS))
 _TEXT_TYPES = frozenset((str, type(None), bool))
+
+
+def _found_clean(texts: list[str]) -> None:
+    """Remember `texts`, which a scan of every shape found clean, for `_scan_all` to skip."""
+    if len(_CLEAN) >= _CLEAN_MAX:
+        _CLEAN.clear()
+    _CLEAN.update(t for t in texts if len(t) <= _CLEAN_LEN and "%" not in t and t.isascii())
 
 
 def _plain_top(out: dict[str, Any]) -> bool:
@@ -393,6 +411,9 @@ class Redactor:
                 batch_found = True  # each record is asked alone, and reports its own failure
             for s in pending:
                 s.found = batch_found and self._contains_secret(s)
+        for s in pending:
+            if s.found is False and not s.unreadable:
+                _found_clean(s.texts)
         return [self._finished(s) for s in scanned]
 
     def _scanned(self, record: dict[str, Any]) -> _Scanned:
@@ -401,7 +422,7 @@ class Redactor:
         s = _Scanned(dict(record))
         out = s.out
         step_name = out.get("step_name")
-        if isinstance(step_name, str):
+        if isinstance(step_name, str) and (type(step_name) is not str or step_name not in _CLEAN):
             s.texts.append(step_name)
         task_id = s.task_id = out.get("task_id")
         try:
