@@ -389,7 +389,7 @@ class PolicyEngine:
         self._applicable: dict[tuple[Any, ...], tuple[Any, ...]] = {}
         # Whether some policy counts outside its task: `shared_demands` is asked on every
         # step, and with no such policy (the common case) it answers without the lock.
-        self._counts_shared = False
+        self._any_shared = False
         self._chosen: dict[tuple[Any, ...], _Choice] = {}
         self._tasks: dict[str, TaskHistory] = {}
         self._closed: OrderedDict[str, None] = OrderedDict()
@@ -421,7 +421,7 @@ class PolicyEngine:
                 for c in self._compiled
             }
             self._complies = {id(c): _complying(c) for c in self._compiled}
-            self._counts_shared = any(_counts_shared(c) for c in self._compiled)
+            self._any_shared = any(_counts_shared(c) for c in self._compiled)
             self._sets = pattern_sets(
                 [
                     (id(c), c.spec.fn, c.prepared)
@@ -652,7 +652,7 @@ class PolicyEngine:
         policies judging it. Pure: reads the policies and the step, nothing else; empty when
         no applicable policy counts outside the task (the common case, kept cheap).
         """
-        if not self._counts_shared:
+        if not self._any_shared:
             return ()
         with self._lock:
             if self._agent_id is not None and self._agent_id != intended.agent_id:
