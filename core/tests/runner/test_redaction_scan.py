@@ -259,19 +259,18 @@ def test_texts_remembered_clean_change_no_redaction(batch: list[dict[str, Any]],
     # out with the same secrets masked, and no text holding a secret is ever remembered. A
     # record's texts scanned together can look closer at a record with no secret (base64 runs
     # of two texts decode next to each other), which only counts it as altered and unchecked;
-    # with fewer texts to join the warm pass may not, so those two may only improve.
+    # with other texts joined the warm pass may do so for other records, so those two are not
+    # compared, but a record marked checked is still one the encoding check accepts.
     redact._CLEAN.clear()
     cold = Redactor(mode)
     first = cold.redact_batch(batch)
     warm = Redactor(mode)
     for again in (warm.redact_batch(batch), [warm.redact_checked(r) for r in batch]):
         assert [out for out, _ in again] == [out for out, _ in first]
-        for (out, checked), (_, was) in zip(again, first, strict=True):
-            assert checked >= was
+        for out, checked in again:
             if checked:
                 assert _safe_values((out,))
     assert (warm.masked, warm.errors) == (2 * cold.masked, 0)
-    assert warm.altered <= 2 * cold.altered
     assert not [t for t in redact._CLEAN if find_secrets(t)]
 
 
