@@ -52,7 +52,6 @@ _WARN_SEVERITIES = frozenset({Severity.HIGH, Severity.MEDIUM, Severity.LOW})
 # Read once: an enum member (or its value) read from its class costs about a function call,
 # and these are read on every step.
 _ASK, _BLOCK, _WARN = Decision.ASK, Decision.BLOCK, Decision.WARN
-_OK, _FAILED, _ABANDONED = Outcome.OK.value, Outcome.FAILED.value, Outcome.ABANDONED.value
 _MESSAGE, _GET = ActionKind.STEP_MESSAGE, Verb.GET
 
 
@@ -179,35 +178,26 @@ class StepHandle:
         """None while running, else ``ok``, ``failed`` or ``abandoned``."""
         return self._settled
 
-    def _outcome(
+    def _ending(
         self,
         how: str,
         output: Any = None,
         exc: BaseException | None = None,
         properties: Any = None,
-    ) -> Behavior:
-        if self._settled is not None:
-            raise RuntimeError(
-                f"step {self.behavior.step_name!r} is already settled ({self._settled}); "
-                "complete, fail or abandon a step once"
-            )
-        b = self.behavior
-        meta = dict(b.meta)
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(output, properties) of the outcome record (None: the intent's own)."""
         if how == "ok":
             # Outputs are cut to the output limits (intents never are: a policy and the
             # secret scan must see every byte of what is about to run).
             settings = self._governor.runner.settings
             limits = (settings.max_output_chars, settings.max_output_items)
             data = _payload(output if output is not None else self.output, limits)
-            meta["charter.outcome"] = _OK
-            props = _merged(b.properties, _payload(properties))
-            return derive(b, output=data if data is not None else {}, meta=meta, properties=props)
+            props = _merged(self.behavior.properties, _payload(properties))
+            return (data if data is not None else {}), props
         if how == "failed":
             assert exc is not None
-            meta["charter.outcome"] = _FAILED
-            return derive(b, output=_error(exc), meta=meta)
-        meta["charter.outcome"] = _ABANDONED
-        return derive(b, meta=meta)
+            return _error(exc), None
+        return None, None
 
     def _settle(
         self,
@@ -219,7 +209,13 @@ class StepHandle:
         # Settled only once the record succeeded: after an AuditError (sync durability) the
         # same call can be retried, and the engine's history did not move in between.
         with self._lock:
-            recorded = self._governor.runner.record(self._outcome(how, output, exc, properties))
+            if self._settled is not None:
+                raise RuntimeError(
+                    f"step {self.behavior.step_name!r} is already settled ({self._settled}); "
+                    "complete, fail or abandon a step once"
+                )
+            data, props = self._ending(how, output, exc, properties)
+            recorded = self._governor.runner.record_outcome(self.behavior, how, data, props)
             self._settled = how
         if how == "ok" and self._governor.planner is not None and _is_user_message(recorded):
             self._governor._plan(recorded)

@@ -604,6 +604,45 @@ class Runner:
                     extra[SHARED_KEY] = intent.meta[SHARED_KEY]
             return self._commit(outcome, extra, (intent,))
 
+    def record_outcome(
+        self,
+        intent: Behavior,
+        outcome: str,
+        output: dict[str, Any] | None = None,
+        properties: dict[str, Any] | None = None,
+    ) -> Behavior:
+        """Record how the allowed `intent` ended, as `record` records
+        ``derive(intent, output=..., properties=..., meta={..., "charter.outcome": outcome})``,
+        built in one copy (a gated step's outcome is recorded on every step).
+
+        `output` and `properties` (None: the intent's own) must be I-JSON Charter captured
+        itself; `outcome` is an `Outcome` value. Refuses and raises what `record` does.
+        """
+        self._check_agent(intent)
+        meta = dict(intent.meta)
+        meta.pop(SHARED_KEY, None)  # only the runner writes the counts (see `_own_shared`)
+        meta["charter.outcome"] = outcome
+        changes: dict[str, Any] = {"meta": meta}
+        if output is not None:
+            changes["output"] = output
+        if properties is not None:
+            changes["properties"] = properties
+        tid = intent.task_id
+        with self._lock(tid):
+            self._activity[tid] = time.monotonic()
+            aid = intent.action_id
+            admitted = self.engine.open_intent(tid, aid) if aid is not None else None
+            if admitted is not None:
+                if "charter.eval" not in meta and "charter.eval" in admitted.meta:
+                    meta["charter.eval"] = admitted.meta["charter.eval"]
+                if SHARED_KEY in admitted.meta:
+                    meta[SHARED_KEY] = admitted.meta[SHARED_KEY]
+            if intent.seq is None and intent.kind not in CLOSING_KINDS:
+                # Numbered in the same copy; a closing record is numbered by `_commit`,
+                # after the intents it abandons.
+                changes["seq"] = self._next_seq(tid)
+            return self._commit(derived(intent, changes), None, (admitted,))
+
     def _commit(
         self,
         outcome: Behavior,
