@@ -29,7 +29,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from charter import Behavior, Governor, Runner, Settings
-from charter._runtime.runner import wire_form
+from charter._runtime.wire import wire_form
 from engine import POLICIES  # type: ignore[import-not-found]
 
 

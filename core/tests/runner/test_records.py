@@ -15,7 +15,7 @@ from typing import Any
 import charter
 import pytest
 from charter import AgentBindingError, Behavior, Decision, Runner
-from charter._runtime.runner import wire_form
+from charter._runtime.wire import wire_form
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -222,7 +222,7 @@ def _scan_all(values: list[Any], out: list[str]) -> tuple[bool, bool]:
     return named, safe
 
 
-# The fields of a wire record (`charter._runtime.runner.wire_form`): ASCII keys.
+# The fields of a wire record (`charter._runtime.wire.wire_form`): ASCII keys.
 _TEXT_FIELDS = ("agent_id", "task_id", "action_id", "timestamp", "kind", "verb", "step_name")
 _WIRE_KEYS = frozenset((*_TEXT_FIELDS, "seq", *_MASKED_FIELDS))
 _TEXT_TYPES = frozenset((str, type(None), bool))

@@ -28,7 +28,6 @@ import threading
 import time
 from _weakrefset import WeakSet
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
 
 from charter._audit.base import INTENT_KEY, SHARED_KEY, AuditStore
 from charter._engine.engine import (
@@ -44,9 +43,7 @@ from charter._model.behavior import (
     ActionKind,
     Behavior,
     Outcome,
-    Verb,
     derived,
-    format_timestamp,
 )
 from charter._model.context import EvalContext
 from charter._model.errors import AgentBindingError, AuditError
@@ -55,6 +52,7 @@ from charter._runtime.internal import charter_logger, internal_error_count, repo
 from charter._runtime.redact import Redactor
 from charter._runtime.settings import Settings
 from charter._runtime.sources import PolicySources
+from charter._runtime.wire import wire_form
 from charter._runtime.writer import AuditWriter, ExporterLike, StepObserver
 
 # Signed checkpoints and shared counters load when a setting asks for them: a process that
@@ -698,10 +696,9 @@ class Runner:
         if self._observers:
             for b in recorded:
                 self._observe(b, "end")
-        wires = [wire_form(b) for b in recorded]  # the writer redacts them
         if checkpoint is not None:
             try:
-                self._writer.write_now(wires)
+                self._writer.write_now([wire_form(b) for b in recorded])
             except Exception as exc:
                 engine.rollback(checkpoint)
                 raise AuditError(
@@ -710,7 +707,8 @@ class Runner:
                     "task's history is unchanged (audit_durability is sync)"
                 ) from exc
         else:
-            ticket = self._writer.submit(wires)
+            # The writer builds the wire forms and redacts them, off the agent's thread.
+            ticket = self._writer.submit(recorded)
             if ticket:
                 self._tickets[tid] = ticket
         for meta, done in settle:
@@ -1086,54 +1084,6 @@ class Runner:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-# Reading an enum member's `.value` goes through the enum's descriptor, which costs more
-# than a dict lookup; the writer pays it for every record.
-_WIRE_VALUES: dict[Any, str] = {m: m.value for m in (*ActionKind, *Verb)}
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-# The text of each whole second seen lately (steps come many to a second): formatting the
-# date and time costs more than the rest of the wire form.
-_SECOND_TEXTS: dict[int, str] = {}
-_SECOND_TEXTS_MAX = 1024
-
-
-def _wire_timestamp(ts: datetime) -> str:
-    """``ts.isoformat(timespec="microseconds")`` with ``Z`` for its UTC offset (`ts` is UTC)."""
-    since = ts - _EPOCH
-    second = since.days * 86400 + since.seconds
-    text = _SECOND_TEXTS.get(second)
-    if text is None:
-        if len(_SECOND_TEXTS) >= _SECOND_TEXTS_MAX:
-            _SECOND_TEXTS.clear()
-        text = _SECOND_TEXTS[second] = ts.isoformat(timespec="seconds")[:-6]
-    return f"{text}.{ts.microsecond:06d}Z"
-
-
-def wire_form(b: Behavior) -> dict[str, Any]:
-    """`Behavior.to_dict()` before redaction (seq included: the store keeps it).
-
-    Same fields and timestamp text as to_dict; built here because strftime is the slowest
-    part of to_dict and behaviors are always UTC, so isoformat gives the same text.
-    """
-    ts = b.timestamp
-    verb = b.verb
-    return {
-        "agent_id": b.agent_id,
-        "task_id": b.task_id,
-        "seq": b.seq,
-        "action_id": b.action_id,
-        "timestamp": _wire_timestamp(ts) if ts.tzinfo is UTC else format_timestamp(ts),
-        "kind": _WIRE_VALUES.get(b.kind) or b.kind.value,
-        "verb": None if verb is None else _WIRE_VALUES.get(verb) or verb.value,
-        "step_name": b.step_name,
-        "input": b.input,
-        "output": b.output,
-        "properties": b.properties,
-        "meta": b.meta,
-    }
 
 
 def derive(b: Behavior, **changes: Any) -> Behavior:

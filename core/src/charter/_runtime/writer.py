@@ -40,6 +40,7 @@ from charter._audit.chain import prepare_entry
 from charter._audit.location import open_store
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._runtime.internal import report_internal_error
+from charter._runtime.wire import wire_form
 
 # Checkpoints (and the signing code under them) load only when a signing key is set, the
 # Gap class when someone asks for the gaps held.
@@ -68,17 +69,24 @@ _DETAIL_MAX = 300
 _HIGH_DECISIONS = frozenset({"block", "ask"})
 
 
+def _kind(record: Record) -> Any:
+    return record.kind if isinstance(record, Behavior) else record.get("kind")
+
+
 def _is_boundary(kind: object) -> bool:
     """Whether a record's `kind` is a task boundary (``task.start``, ``task.end``, ...)."""
     return isinstance(kind, str) and kind.startswith("task.")
 
 
-def is_high_value(record: Mapping[str, Any]) -> bool:
+def is_high_value(record: Record) -> bool:
     """Whether `record` may take a queued lower-value record's place in a full queue."""
-    kind = record.get("kind")
+    if isinstance(record, Behavior):
+        kind: Any = record.kind  # a str enum: compares and hashes as its text
+        meta: Any = record.meta
+    else:
+        kind, meta = record.get("kind"), record.get("meta")
     if not isinstance(kind, str) or _is_boundary(kind) or kind == "step.gate":
         return True
-    meta = record.get("meta")
     if not meta or (type(meta) is not dict and not isinstance(meta, Mapping)):
         return False  # (an empty mapping holds no marker either)
     if meta.get("charter.outcome") == "blocked":
@@ -118,6 +126,9 @@ class StepObserver(Protocol):
         """Note that `b` reached `phase` (``start``, ``decided`` or ``end``)."""
         ...
 
+
+#: What `AuditWriter.submit` queues: a wire record, or a recorded behavior to build one from.
+Record: TypeAlias = "dict[str, Any] | Behavior"
 
 #: What ``exporters=`` takes: record exporters, checkpoint exporters (or objects that are
 #: both), and plain callables taking a batch of records.
@@ -162,7 +173,7 @@ class AuditWriter:
         # filling up is written before it overflows instead of dropping records while the
         # writer waits out its linger.
         self._batch_at = max(1, min(BATCH_MAX, queue_size // 2))
-        self._queue: deque[tuple[int, dict[str, Any], bool]] = deque()
+        self._queue: deque[tuple[int, Record, bool]] = deque()
         self._low = 0  # queued records of lower value (the ones a full queue may evict)
         self._gaps: dict[tuple[str, str], list[list[Any]]] = {}
         lock = threading.Lock()
@@ -247,10 +258,12 @@ class AuditWriter:
 
     # -- writing ------------------------------------------------------------------------------
 
-    def submit(self, records: Sequence[dict[str, Any]]) -> int:
+    def submit(self, records: Sequence[Record]) -> int:
         """Queue `records` (buffered); returns the ticket to `wait` for, 0 when none was taken.
 
-        Records are prepared (redacted) by the writer thread before they are written.
+        A record is a wire record or a recorded `Behavior` (the writer thread builds its wire
+        form, `charter._runtime.wire.wire_form`); the writer thread prepares (redacts) each
+        before it is written.
 
         Never blocks and never raises: records that do not fit are dropped and counted.
         """
@@ -265,8 +278,9 @@ class AuditWriter:
                     self._drop(record, "closed")
                     dropped += 1
                     continue
+                kind = _kind(record)
                 if len(self._queue) >= self._size:
-                    if not (high and self._evict(_is_boundary(record.get("kind")))):
+                    if not (high and self._evict(_is_boundary(kind))):
                         self._drop(record, "queue_full")
                         dropped += 1
                         continue
@@ -276,9 +290,8 @@ class AuditWriter:
                 self._queue.append((ticket, record, high))
                 self._low += not high
                 self.queued += 1
-                # ActionKind is a str enum: a record's kind text finds its member.
-                kind = record.get("kind")
-                if high and type(kind) is str and kind in CLOSING_KINDS:
+                # ActionKind is a str enum: a record's kind, text or member, finds its member.
+                if high and isinstance(kind, str) and kind in CLOSING_KINDS:
                     self._rush = ticket
             if ticket:
                 if self._idle:  # only an idle writer waits for records on `_cond`
@@ -305,7 +318,7 @@ class AuditWriter:
             return False
         for index in range(len(self._queue) - 1, -1, -1):
             _, record, high = self._queue[index]
-            if (not high) if low else not _is_boundary(record.get("kind")):
+            if (not high) if low else not _is_boundary(_kind(record)):
                 del self._queue[index]
                 self._low -= not high
                 self.evicted += 1
@@ -313,12 +326,17 @@ class AuditWriter:
                 return True
         return False
 
-    def _drop(self, record: Mapping[str, Any], cause: str, detail: str = "") -> None:
+    def _drop(self, record: Record, cause: str, detail: str = "") -> None:
         """Count a record that will never be stored and hold its gap; lock held."""
         self.dropped += 1
         self.dropped_by_cause[cause] = self.dropped_by_cause.get(cause, 0) + 1
-        seq = record.get("seq")
-        agent_id, task_id = record.get("agent_id"), record.get("task_id")
+        if isinstance(record, Behavior):
+            seq: Any = record.seq
+            agent_id: Any = record.agent_id
+            task_id: Any = record.task_id
+        else:
+            seq = record.get("seq")
+            agent_id, task_id = record.get("agent_id"), record.get("task_id")
         if type(seq) is not int or not isinstance(agent_id, str) or not isinstance(task_id, str):
             return
         detail = detail[:_DETAIL_MAX]
@@ -461,9 +479,12 @@ class AuditWriter:
         pairs = self._prepare(records)
         return [r for r, _ in pairs], [ok for _, ok in pairs]
 
-    def _write_batch(self, records: list[dict[str, Any]]) -> None:
-        # Redaction runs here, off the agent's thread; nothing unprepared is ever written.
-        records, marks = self._prepared(records)
+    def _write_batch(self, queued: list[Record]) -> None:
+        # Wire forms and redaction are made here, off the agent's thread; nothing unprepared
+        # is ever written.
+        records, marks = self._prepared(
+            [wire_form(r) if isinstance(r, Behavior) else r for r in queued]
+        )
         last_error = ""
         for attempt in range(len(_BACKOFF) + 1):
             try:
