@@ -158,9 +158,11 @@ class EvalResult(Frozen):
 
     def to_dict(self) -> dict[str, Any]:
         """The I-JSON form kept in ``meta["charter.eval"]`` of the recorded step."""
+        risk = self.risk_score
         return {
             "decision": _DECISION_TEXT[self.decision],
-            "risk_score": round(self.risk_score, 4),
+            # Rounding converts through decimal text; the risk of most steps, 0 or 1, needs none.
+            "risk_score": risk if risk == 0 or risk == 1 else round(risk, 4),
             "reason": self.reason,
             "violations": [r.to_dict() for r in self.results if r.violated],
             "evaluated": len(self.results),

@@ -43,8 +43,10 @@ _PARAMS = ("temperature", "max_tokens", "top_p", "context_window")
 # catch, and messages, blocks and tool outputs are asked for names only some classes have.
 _READABLE: dict[type, frozenset[str] | None] = {}
 _READABLE_MAX = 1024
-# Each LLM class's provider (see `provider`), bounded as `_READABLE` is.
+# Each LLM class's provider (see `provider`) and whether each tool class is a retrieval
+# tool (see `is_retrieval`), bounded as `_READABLE` is.
 _PROVIDERS: dict[type, str] = {}
+_RETRIEVAL: dict[type, bool] = {}
 
 
 def _readable(cls: type) -> frozenset[str] | None:
@@ -102,8 +104,16 @@ def tool_name(tool: Any) -> str:
 
 
 def is_retrieval(tool: Any) -> bool:
-    """True for a query-engine or retriever tool: its output is content from documents."""
-    return any(c.__name__ in _RETRIEVAL_TOOLS for c in type(base_tool(tool)).__mro__)
+    """True for a query-engine or retriever tool: its output is content from documents.
+    Found once per tool class (every tool call asks)."""
+    cls = type(base_tool(tool))
+    found = _RETRIEVAL.get(cls)
+    if found is None:
+        found = any(c.__name__ in _RETRIEVAL_TOOLS for c in cls.__mro__)
+        if len(_RETRIEVAL) >= _READABLE_MAX:
+            _RETRIEVAL.clear()
+        _RETRIEVAL[cls] = found
+    return found
 
 
 def tool_step(
