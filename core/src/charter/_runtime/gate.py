@@ -751,7 +751,7 @@ class Gate:
                 handle.behavior.step_name,
                 handle.complete,
                 output,
-                properties=dict(properties) if properties else None,
+                properties=properties if properties else None,  # captured (copied) when recorded
             )
 
     def fail(self, handle: StepHandle | None, exc: BaseException) -> None:
