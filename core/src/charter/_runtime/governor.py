@@ -215,7 +215,7 @@ class StepHandle:
                     "complete, fail or abandon a step once"
                 )
             data, props = self._ending(how, output, exc, properties)
-            recorded = self._governor.runner.record_outcome(self.behavior, how, data, props)
+            recorded = self._governor.runner._record_outcome(self.behavior, how, data, props)
             self._settled = how
         if how == "ok" and self._governor.planner is not None and _is_user_message(recorded):
             self._governor._plan(recorded)

@@ -602,7 +602,7 @@ class Runner:
                     extra[SHARED_KEY] = intent.meta[SHARED_KEY]
             return self._commit(outcome, extra, (intent,))
 
-    def record_outcome(
+    def _record_outcome(
         self,
         intent: Behavior,
         outcome: str,
