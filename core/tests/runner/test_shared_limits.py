@@ -281,3 +281,22 @@ def test_eight_processes_share_one_agent_limit_and_exactly_the_limit_runs(
     outcomes = _outcomes(location)
     assert outcomes.count("ok") == 20 and outcomes.count("blocked") == 28
     assert charter.verify(location).ok
+
+
+def test_counts_a_step_carries_in_its_own_meta_never_reach_its_record(
+    governor: Callable[..., Governor], read_chain: Callable[..., Any]
+) -> None:
+    """Only the runner writes the counts a step was judged with (a forged count could release
+    other steps' units when the record is read back): counts the caller put in the step's
+    own meta are left out of its outcome record."""
+    g = governor([_policy("sends", "max_steps", max=2, select=SEND)])
+    forged = {"counts": [{"policies": ["sends"], "before": 0}], "note": "forged"}
+    with g.task(name="job") as task:
+        b = g.build_step("step.message", "POST", name="send_email", input={"to": "a@x.example"})
+        b = b.replace(meta={"charter.shared": forged})
+        result = g.runner.evaluate(b)
+        assert result.decision is Decision.ALLOW
+        charter.StepHandle(g, b, result).complete({"sent": True})
+    (record,) = [r for r in read_chain(task.task_id, "mailer") if r["kind"] == "step.message"]
+    assert record["meta"]["charter.outcome"] == "ok"
+    assert "charter.shared" not in record["meta"]
