@@ -172,7 +172,8 @@ class Runner:
         s = self.settings
         if s.enforcement == "monitor":
             return True
-        return s.origin("enforcement") == "default" and self._sources.manifests_monitor
+        # Read on every step: the manifests' flag (nearly always False) first.
+        return self._sources.manifests_monitor and s.origin("enforcement") == "default"
 
     def context_for(self, task_id: str) -> EvalContext:
         """The evaluation context this runner builds from its settings for `task_id`."""
