@@ -648,7 +648,7 @@ class Runner:
         extra: dict[str, Any] | None = None,
         looked_up: tuple[Behavior | None] | None = None,
     ) -> Behavior:
-        """Record into the engine and hand the wire form to the writer; task lock held.
+        """Record into the engine and hand the records to the writer; task lock held.
 
         `extra` is added to the outcome's meta. All changes are made in one unvalidated copy
         (see `derive`): the caller's behavior was validated when it was built. `looked_up`
