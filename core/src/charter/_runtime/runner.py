@@ -596,11 +596,7 @@ class Runner:
             extra: dict[str, Any] = {}
             aid = outcome.action_id
             intent = self.engine.open_intent(tid, aid) if aid is not None else None
-            if intent is not None:
-                if "charter.eval" not in outcome.meta and "charter.eval" in intent.meta:
-                    extra["charter.eval"] = intent.meta["charter.eval"]
-                if SHARED_KEY in intent.meta:
-                    extra[SHARED_KEY] = intent.meta[SHARED_KEY]
+            _inherit(extra, intent, outcome.meta)
             return self._commit(outcome, extra, (intent,))
 
     def _record_outcome(
@@ -631,11 +627,7 @@ class Runner:
             self._activity[tid] = time.monotonic()
             aid = intent.action_id
             admitted = self.engine.open_intent(tid, aid) if aid is not None else None
-            if admitted is not None:
-                if "charter.eval" not in meta and "charter.eval" in admitted.meta:
-                    meta["charter.eval"] = admitted.meta["charter.eval"]
-                if SHARED_KEY in admitted.meta:
-                    meta[SHARED_KEY] = admitted.meta[SHARED_KEY]
+            _inherit(meta, admitted, meta)
             if intent.seq is None and intent.kind not in CLOSING_KINDS:
                 # Numbered in the same copy; a closing record is numbered by `_commit`,
                 # after the intents it abandons.
@@ -1095,6 +1087,17 @@ def derive(b: Behavior, **changes: Any) -> Behavior:
     the hot path costs more than the evaluation. Never for anything a caller handed in raw.
     """
     return derived(b, changes)
+
+
+def _inherit(into: dict[str, Any], intent: Behavior | None, own: Mapping[str, Any]) -> None:
+    """Put into `into` what an outcome's meta takes from its open `intent`: the verdict it
+    ran under (unless the outcome's own meta `own` has one) and the shared counts it holds."""
+    if intent is None:
+        return
+    if "charter.eval" not in own and "charter.eval" in intent.meta:
+        into["charter.eval"] = intent.meta["charter.eval"]
+    if SHARED_KEY in intent.meta:
+        into[SHARED_KEY] = intent.meta[SHARED_KEY]
 
 
 def _own_shared(b: Behavior) -> Behavior:

@@ -70,6 +70,8 @@ _HIGH_DECISIONS = frozenset({"block", "ask"})
 
 
 def _kind(record: Record) -> Any:
+    """A queued record's kind: text, or an `ActionKind` (a str enum: it compares and hashes
+    as its text)."""
     return record.kind if isinstance(record, Behavior) else record.get("kind")
 
 
@@ -80,13 +82,10 @@ def _is_boundary(kind: object) -> bool:
 
 def is_high_value(record: Record) -> bool:
     """Whether `record` may take a queued lower-value record's place in a full queue."""
-    if isinstance(record, Behavior):
-        kind: Any = record.kind  # a str enum: compares and hashes as its text
-        meta: Any = record.meta
-    else:
-        kind, meta = record.get("kind"), record.get("meta")
+    kind = _kind(record)
     if not isinstance(kind, str) or _is_boundary(kind) or kind == "step.gate":
         return True
+    meta = record.meta if isinstance(record, Behavior) else record.get("meta")
     if not meta or (type(meta) is not dict and not isinstance(meta, Mapping)):
         return False  # (an empty mapping holds no marker either)
     if meta.get("charter.outcome") == "blocked":
