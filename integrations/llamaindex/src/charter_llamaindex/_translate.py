@@ -49,6 +49,15 @@ _PROVIDERS: dict[type, str] = {}
 _RETRIEVAL: dict[type, bool] = {}
 
 
+def _remembered(table: dict[type, Any], cls: type, value: Any) -> Any:
+    """Keep `value` as `cls`'s answer in one of the per-class tables above and return it; a
+    full table is cleared first (classes can be made at run time, so none grows unbounded)."""
+    if len(table) >= _READABLE_MAX:
+        table.clear()
+    table[cls] = value
+    return value
+
+
 def _readable(cls: type) -> frozenset[str] | None:
     """The names `cls`'s instances can have: for a pydantic model its fields, private
     attributes and what the classes define (properties, methods); None (any name) for a
@@ -72,10 +81,7 @@ def _readable(cls: type) -> frozenset[str] | None:
             private if isinstance(private, Mapping) else (),
             *(vars(klass) for klass in cls.__mro__),
         )
-    if len(_READABLE) >= _READABLE_MAX:
-        _READABLE.clear()
-    _READABLE[cls] = names
-    return names
+    return _remembered(_READABLE, cls, names)
 
 
 def attribute(obj: Any, name: str) -> Any:
@@ -109,10 +115,9 @@ def is_retrieval(tool: Any) -> bool:
     cls = type(base_tool(tool))
     found = _RETRIEVAL.get(cls)
     if found is None:
-        found = any(c.__name__ in _RETRIEVAL_TOOLS for c in cls.__mro__)
-        if len(_RETRIEVAL) >= _READABLE_MAX:
-            _RETRIEVAL.clear()
-        _RETRIEVAL[cls] = found
+        found = _remembered(
+            _RETRIEVAL, cls, any(c.__name__ in _RETRIEVAL_TOOLS for c in cls.__mro__)
+        )
     return found
 
 
@@ -262,10 +267,7 @@ def provider(llm: Any, cls: type) -> str:
             found = str(llm.class_name())
         except Exception:
             found = cls.__name__
-    if len(_PROVIDERS) >= _READABLE_MAX:
-        _PROVIDERS.clear()
-    _PROVIDERS[cls] = found
-    return found
+    return _remembered(_PROVIDERS, cls, found)
 
 
 def model_name(llm: Any, cls: type) -> str:
