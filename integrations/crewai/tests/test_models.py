@@ -8,6 +8,9 @@ import itertools
 import charter
 import pytest
 from charter_crewai import govern
+from charter_crewai.testing import ScriptedLLM
+from crewai import Agent, Crew, Task
+from crewai.types.usage_metrics import UsageMetrics
 
 USAGE = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
 
@@ -82,6 +85,47 @@ def test_token_usage_is_recorded_and_feeds_a_token_budget(build_crew, calling, a
         assert model["properties"]["model"]["usage"]["total_tokens"] == 15
         assert model["output"]["usage"]["prompt_tokens"] == 10
     assert "usage" not in models[3]["properties"]["model"]
+
+
+class OwnCounters(ScriptedLLM):
+    """An LLM that reports usage through its own summary (as a provider wrapper may), not
+    through the counters CrewAI keeps for it: 7 tokens a call, where CrewAI counted 15."""
+
+    def get_token_usage_summary(self) -> UsageMetrics:
+        calls = len(self.calls)
+        return UsageMetrics(
+            prompt_tokens=4 * calls, completion_tokens=3 * calls, total_tokens=7 * calls
+        )
+
+
+def test_an_llm_reporting_its_own_usage_is_read_through_its_summary(calling, tools, audit, trail):
+    llm = OwnCounters(
+        model="scripted-model",
+        responses=[calling.tool("get_weather", city="Oslo"), calling.final("sunny")],
+        native=calling.native,
+        usage=USAGE,
+    )
+    agent = Agent(
+        role="forecaster",
+        goal="weather",
+        backstory="reads forecasts",
+        llm=llm,
+        tools=[tools["get_weather"]],
+        max_iter=5,
+    )
+    crew = Crew(
+        agents=[agent], tasks=[Task(description="weather", expected_output="a report", agent=agent)]
+    )
+    handle = govern(crew, policies=[], audit_location=audit)
+
+    crew.kickoff()
+    handle.uninstall()
+
+    models = [r for r in trail.read(handle.task_ids[0]) if r["kind"] == "step.model"]
+    assert len(models) == 2
+    for model in models:
+        assert model["properties"]["model"]["usage"]["total_tokens"] == 7
+        assert model["output"]["usage"]["prompt_tokens"] == 4
 
 
 def test_model_steps_carry_each_message_once(build_crew, calling, audit, trail):
