@@ -14,7 +14,8 @@ and the governed/ungoverned ratio (target: at most 1.15x for the middleware).
 writer's work for the run included: the clock stops after `Governor.flush`) per governed
 step above the do-nothing counterpart in the same round (middleware and both over the
 pass-through middleware, handler over the do-nothing handler), median of rounds; it stays
-usable when other processes load the machine, where wall figures swing.
+usable when other processes load the machine, where wall figures swing. The wall time above
+the same counterpart in the same round, median of rounds, follows it in brackets.
 
 Each governed mode keeps one Governor, and so one audit store, for all its runs, as a
 process serving many agent runs does; each run is a new task in it. Opening a new store
@@ -179,6 +180,7 @@ def main() -> None:
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     ratios: dict[str, list[float]] = {m: [] for m in modes}
     over: dict[str, list[float]] = {m: [] for m in _BASELINE}
+    over_wall: dict[str, list[float]] = {m: [] for m in _BASELINE}
     steps = 2 * args.steps + 1
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
@@ -196,6 +198,7 @@ def main() -> None:
                 ratios[m].append(got[m][0] / got["ungoverned"][0])
             for m, base in _BASELINE.items():
                 over[m].append((got[m][1] - got[base][1]) / steps)
+                over_wall[m].append((got[m][0] - got[base][0]) / steps)
         for gov in govs.values():
             gov.close(30)
         opening = store_opening(args.steps, folder)
@@ -213,7 +216,10 @@ def main() -> None:
         per_step = "" if m == "ungoverned" else f"+{(w - base_wall) / steps * 1e6:6.0f} us"
         extra = ""
         if m in _BASELINE:
-            extra = f"   +{statistics.median(over[m]) * 1e6:5.0f} us over {_BASELINE[m]}"
+            extra = (
+                f"   +{statistics.median(over[m]) * 1e6:5.0f} us over {_BASELINE[m]}"
+                f" (wall +{statistics.median(over_wall[m]) * 1e6:.0f} us)"
+            )
         print(f"  {m:<11} {w * 1e3:9.1f} ms   {r:5.2f}x   {c * 1e3:22.1f} ms   {per_step}{extra}")
     print(f"  charter_templates.resolve: {resolve_cost():.0f} us per call (once per tool call)")
     print(f"  a new audit store, once per process: +{opening * 1e3:.1f} ms CPU on its first run")

@@ -115,6 +115,7 @@ def bench(steps: int, runs: int, folder: Path) -> None:
     ratios: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     over: list[float] = []
+    over_wall: list[float] = []
     governed_steps = 2 * steps + 3  # tool + model per turn, final model call, user message, task
     gov = charter.Governor(
         policies=POLICIES, agent_id="bench-agent", audit_location=f"sqlite:///{folder}/audit.db"
@@ -127,6 +128,7 @@ def bench(steps: int, runs: int, folder: Path) -> None:
         order = random.sample(modes, len(modes))
         got = {m: one_run(steps, m, gov) for m in order}
         over.append((got["governed"][1] - got["pass-through"][1]) / governed_steps)
+        over_wall.append((got["governed"][0] - got["pass-through"][0]) / governed_steps)
         for m in modes:
             wall[m].append(got[m][0])
             cpu[m].append(got[m][1])
@@ -144,8 +146,9 @@ def bench(steps: int, runs: int, folder: Path) -> None:
         + ", ".join(f"{m} {statistics.median(cpu[m]) * 1e3:.1f} ms" for m in modes)
     )
     print(
-        f"  Charter over the do-nothing pass-through, CPU per governed step (median of rounds):"
-        f" +{statistics.median(over) * 1e6:.0f} us"
+        "  Charter over the do-nothing pass-through per governed step, median of rounds: wall"
+        f" +{statistics.median(over_wall) * 1e6:.0f} us,"
+        f" CPU +{statistics.median(over) * 1e6:.0f} us"
     )
 
 
