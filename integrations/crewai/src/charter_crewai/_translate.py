@@ -220,31 +220,21 @@ def _tools(agent: Any) -> list[Any]:
     return list(tools) if isinstance(tools, list) else []
 
 
-# Per LLM class: whether it reports usage through CrewAI's own get_token_usage_summary, which
-# only copies the instance's counter dict into a pydantic model (a validation per read, and it
-# is read twice per model call). Such a class's dict is read directly; a class that overrides
-# the method is asked through it.
-_OWN_SUMMARY: dict[type, bool] = {}
-_CLASSES_MAX = 256
-
-
-def _own_summary(cls: type) -> bool:
-    found = _OWN_SUMMARY.get(cls)
-    if found is None:
-        method = getattr(cls, "get_token_usage_summary", None)
-        found = (
-            getattr(method, "__qualname__", None) == "BaseLLM.get_token_usage_summary"
-            and getattr(method, "__module__", None) == "crewai.llms.base_llm"
-        )
-        if len(_OWN_SUMMARY) >= _CLASSES_MAX:
-            _OWN_SUMMARY.clear()
-        _OWN_SUMMARY[cls] = found
-    return found
+def _keeps_crewai_summary(llm: Any) -> bool:
+    """Whether `llm` reports usage through CrewAI's own get_token_usage_summary, which only
+    copies the instance's counter dict into a pydantic model (a validation per read, and it
+    is read twice per model call): such an LLM's dict can be read directly. An LLM class that
+    overrides the method is asked through it."""
+    method = getattr(type(llm), "get_token_usage_summary", None)
+    return (
+        getattr(method, "__module__", None) == "crewai.llms.base_llm"
+        and getattr(method, "__qualname__", None) == "BaseLLM.get_token_usage_summary"
+    )
 
 
 def usage_of(llm: Any) -> dict[str, int] | None:
     """The LLM's cumulative token counters (CrewAI keeps them per LLM instance), or None."""
-    if _own_summary(type(llm)):
+    if _keeps_crewai_summary(llm):
         counters = getattr(llm, "_token_usage", None)
         if type(counters) is dict:
             return {k: v for k, v in counters.items() if type(v) is int}
