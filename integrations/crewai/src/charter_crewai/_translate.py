@@ -234,19 +234,17 @@ def _keeps_crewai_summary(llm: Any) -> bool:
 
 def usage_of(llm: Any) -> dict[str, int] | None:
     """The LLM's cumulative token counters (CrewAI keeps them per LLM instance), or None."""
-    if _keeps_crewai_summary(llm):
-        counters = getattr(llm, "_token_usage", None)
-        if type(counters) is dict:
-            return {k: v for k, v in counters.items() if type(v) is int}
-    summary = getattr(llm, "get_token_usage_summary", None)
-    if summary is None:
-        return None
-    counters = summary()
-    # A pydantic model keeps its field values in __dict__: read there, not through
-    # model_dump (a quarter of each reading's cost, and it is read twice per model call).
-    fields = getattr(counters, "__dict__", None)
-    if not isinstance(fields, dict) or not fields:
-        fields = counters.model_dump() if hasattr(counters, "model_dump") else dict(counters)
+    fields = getattr(llm, "_token_usage", None) if _keeps_crewai_summary(llm) else None
+    if type(fields) is not dict:
+        summary = getattr(llm, "get_token_usage_summary", None)
+        if summary is None:
+            return None
+        counters = summary()
+        # A pydantic model keeps its field values in __dict__: read there, not through
+        # model_dump (a quarter of each reading's cost, and it is read twice per model call).
+        fields = getattr(counters, "__dict__", None)
+        if not isinstance(fields, dict) or not fields:
+            fields = counters.model_dump() if hasattr(counters, "model_dump") else dict(counters)
     return {k: v for k, v in fields.items() if type(v) is int}
 
 
