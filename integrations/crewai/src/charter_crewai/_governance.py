@@ -20,7 +20,7 @@ import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from charter import AuditError, Governor, report_internal_error
@@ -68,6 +68,8 @@ class _Run:
     task_id: str
     # Runs opened by a first step outside any kickoff end with the task that opened them.
     closes_with_task: int | None = None
+    # What model steps counted of each executor's messages (`charter_crewai._translate`).
+    counted: tr.Counted = field(default_factory=dict)
 
 
 @dataclass(eq=False, slots=True)
@@ -512,7 +514,7 @@ class Governance:
         return self._crewai.aborted(blocked.reason, blocked.result, step.name, step.kind)
 
     def _judge(
-        self, owner: Any, fallback: Step, build: Callable[[], Step], task: Any = None
+        self, owner: Any, fallback: Step, build: Callable[[_Run], Step], task: Any = None
     ) -> tuple[_Run | None, Allowed | Blocked]:
         """The Gate's decision on the step `build` describes, in `owner`'s run (opened now if
         this is its first step). Never raises: a step that cannot be described is decided as
@@ -525,7 +527,7 @@ class Governance:
             if run is None:  # the task could not start under fail_mode open: ungoverned
                 decision: Allowed | Blocked | Pending = Allowed(None, "ungoverned", None)
             else:
-                decision = self.gate.decide(build(), run.task_id)
+                decision = self.gate.decide(build(run), run.task_id)
         except Exception as exc:
             decision = self.gate.undecided(fallback, exc)
         if isinstance(decision, Pending):  # only with pause=True; the approver answers here
@@ -621,7 +623,9 @@ class Governance:
 
     def _pre_task(self, ctx: Any, owner: Any) -> None:
         fallback = Step("step.self", "POST", tr.task_name(ctx.task) or "task")
-        run, decision = self._judge(owner, fallback, lambda: tr.task_step(self.gate, ctx), ctx.task)
+        run, decision = self._judge(
+            owner, fallback, lambda run: tr.task_step(self.gate, ctx), ctx.task
+        )
         if isinstance(decision, Blocked):
             raise self._abort(decision)
         if decision.handle is not None:
@@ -655,7 +659,9 @@ class Governance:
             self._settle_stale_model(stale)
         before = self._usage(getattr(ctx, "llm", None))
         fallback = Step("step.model", None, "model")
-        run, decision = self._judge(owner, fallback, lambda: tr.model_step(self.gate, ctx))
+        run, decision = self._judge(
+            owner, fallback, lambda run: tr.model_step(self.gate, ctx, run.counted)
+        )
         if isinstance(decision, Blocked):
             raise self._abort(decision)
         if decision.handle is not None:
@@ -693,7 +699,8 @@ class Governance:
         try:
             if entry.handle is None or entry.handle.settled is not None:
                 return
-            messages = getattr(entry.key, "messages", entry.key)
+            key = entry.key
+            messages = key if type(key) is list else tr.executor_messages(key)
             later = messages[entry.count :] if isinstance(messages, list) else []
             calls = tr.tool_calls_in(later)
             if calls:
@@ -723,7 +730,7 @@ class Governance:
                 self._settle_stale_model(asked)
         name = tr.text(getattr(ctx, "tool_name", None)) or "unnamed_tool"
         fallback = Step("step.unknown", None, name)
-        run, decision = self._judge(owner, fallback, lambda: tr.tool_step(self.gate, ctx))
+        run, decision = self._judge(owner, fallback, lambda run: tr.tool_step(self.gate, ctx))
         blocked = decision if isinstance(decision, Blocked) else None
         handle = decision.handle if isinstance(decision, Allowed) else None
         if blocked is not None or handle is not None:

@@ -38,6 +38,25 @@ def text(value: Any) -> str | None:
     return str.__str__(value) if isinstance(value, str) and value else None
 
 
+def _private(model: Any, name: str) -> Any:
+    """Private attribute `name` of pydantic model `model` (None when it has none), read from
+    the model's ``__pydantic_private__``. Read as an attribute, a private one is found only
+    by pydantic's ``__getattr__``, after Python built and dropped an AttributeError: about
+    ten times the cost of the read, and CrewAI keeps an LLM's token counters and an
+    executor's messages there."""
+    found = getattr(model, "__pydantic_private__", None)
+    if type(found) is dict and name in found:
+        return found[name]
+    return getattr(model, name, None)
+
+
+def executor_messages(executor: Any) -> Any:
+    """The messages of CrewAI agent executor `executor`: what its ``messages`` property
+    returns (its private state's list), read without the private attribute's detour."""
+    found = getattr(_private(executor, "_state"), "messages", None)
+    return found if type(found) is list else getattr(executor, "messages", None)
+
+
 def agent_role(agent: Any) -> str | None:
     return text(getattr(agent, "role", None))
 
@@ -84,8 +103,7 @@ def tool_calls_in(messages: list[Any]) -> list[dict[str, Any]]:
 def call_id(ctx: Any, name: str, args: dict[str, Any]) -> str | None:
     """The id of the native tool call this hook runs: the one call of the agent's last
     model turn with this name and these arguments (None on the ReAct path, or if unclear)."""
-    executor = getattr(getattr(ctx, "agent", None), "agent_executor", None)
-    messages = getattr(executor, "messages", None)
+    messages = executor_messages(getattr(getattr(ctx, "agent", None), "agent_executor", None))
     calls = tool_calls_in(messages) if isinstance(messages, list) else []
     found = [i for i, n, a in map(_function, calls) if n == name and a == args]
     return found[0] if len(found) == 1 and isinstance(found[0], str) else None
@@ -167,19 +185,53 @@ def _observed(m: Mapping[str, Any]) -> bool:
     return isinstance(content, str) and _OBSERVATION in content
 
 
-def _count(raw: Sequence[Any]) -> int:
-    """How many messages `messages` converts `raw` into, without converting them: one per
-    message, two for a ReAct turn with its ``Observation:``. One plain loop: a long run
-    counts every earlier message on each model call."""
-    count = len(raw)
-    for m in raw:
+def _count(raw: Sequence[Any], lo: int, hi: int) -> int:
+    """How many messages `messages` converts ``raw[lo:hi]`` into, without converting them: one
+    per message, two for a ReAct turn with its ``Observation:``."""
+    count = hi - lo
+    for i in range(lo, hi):
+        m = raw[i]
         if is_mapping(m) and str(m.get("role")) == "assistant":
             count += _observed(m)
     return count
 
 
-def model_step(gate: Gate, ctx: Any) -> Step:
-    """A model call: the messages new since the model's last turn, and the model's names."""
+#: What `model_step` remembers of a message list between the calls of one run (the caller
+#: keeps the dict, keyed by the list's id): the list itself (so the id is not reused while
+#: it is remembered), how many of its first messages were counted, the last of them and the
+#: count.
+Counted = dict[int, tuple[list[Any], int, Any, int]]
+
+
+def _count_before(raw: Sequence[Any], start: int, counted: Counted | None) -> int:
+    """`_count` of ``raw[:start]``, continued from what `counted` remembers of this list: an
+    agent loop resends its whole conversation on every call, and counting it again each time
+    grows with the run.
+
+    The message a count ended with is counted again next time (CrewAI appends a ReAct
+    ``Observation:`` to the model's latest turn after that turn was counted); the ones before
+    it are taken as they were, like their content, which is in the trail already. A list
+    that is shorter than what was counted, or whose last counted message is another object
+    now (CrewAI replaces messages when it summarises a long conversation), is counted whole.
+    """
+    if counted is None or type(raw) is not list:
+        return _count(raw, 0, start)
+    memo = counted.get(id(raw))
+    lo = total = 0
+    if memo is not None and memo[0] is raw and 0 < memo[1] <= start and raw[memo[1] - 1] is memo[2]:
+        lo, total = memo[1] - 1, memo[3]
+    if start:
+        total += _count(raw, lo, start - 1)
+        counted[id(raw)] = (raw, start, raw[start - 1], total)
+        total += _count(raw, start - 1, start)
+    return total
+
+
+def model_step(gate: Gate, ctx: Any, counted: Counted | None = None) -> Step:
+    """A model call: the messages new since the model's last turn, and the model's names.
+
+    `counted`, a dict the caller keeps for one run, spares counting the earlier messages
+    again on every call (see `_count_before`)."""
     llm = getattr(ctx, "llm", None)
     model = text(getattr(llm, "model", None)) or text(llm) or "unknown_model"
     params = {
@@ -207,7 +259,7 @@ def model_step(gate: Gate, ctx: Any) -> Step:
         gate.framework,
         model,
         recent,
-        message_count=len(recent) + _count(raw[:start]),
+        message_count=len(recent) + _count_before(raw, start, counted),
         provider=text(getattr(llm, "provider", None)),
         params=params,
         tools=tools,
@@ -234,7 +286,7 @@ def _keeps_crewai_summary(llm: Any) -> bool:
 
 def usage_of(llm: Any) -> dict[str, int] | None:
     """The LLM's cumulative token counters (CrewAI keeps them per LLM instance), or None."""
-    fields = getattr(llm, "_token_usage", None) if _keeps_crewai_summary(llm) else None
+    fields = _private(llm, "_token_usage") if _keeps_crewai_summary(llm) else None
     if type(fields) is not dict:
         summary = getattr(llm, "get_token_usage_summary", None)
         if summary is None:
