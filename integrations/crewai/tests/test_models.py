@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from types import SimpleNamespace
 
 import charter
 import pytest
+from charter_crewai import _translate as tr
 from charter_crewai import govern
 from charter_crewai.testing import ScriptedLLM
 from crewai import Agent, Crew, Task
@@ -253,3 +255,43 @@ def test_message_counts_stay_exact_over_several_turns(build_crew, calling, audit
         count = before["input"]["message_count"] + 1 + len(added)
         assert after["input"]["message_count"] == count
     assert models[2]["input"]["messages"][0]["content"] == "sunny in Bergen"
+
+
+def _model_ctx(messages: list) -> SimpleNamespace:
+    """A before-model hook context as CrewAI builds it, for the translation alone."""
+    llm = SimpleNamespace(model="scripted-model", provider="openai")
+    return SimpleNamespace(llm=llm, agent=None, task=None, crew=None, messages=messages)
+
+
+def test_a_run_s_message_count_follows_changes_to_what_was_counted():
+    # The count of earlier messages is continued from the run's previous call. It must still
+    # be the count of the whole conversation when CrewAI changed what was counted: an
+    # Observation appended in place to the model's latest turn, or a long conversation
+    # summarised into fresh messages.
+    gate = charter.integration.Gate("crewai", policies=[], audit_location="none")
+    counted: dict = {}
+
+    def user(text: str) -> dict:
+        return {"role": "user", "content": text}
+
+    def model(text: str) -> dict:
+        return {"role": "assistant", "content": text}
+
+    def count() -> int:
+        return tr.model_step(gate, _model_ctx(raw), counted).input["message_count"]
+
+    raw = [{"role": "system", "content": "You forecast."}, user("Oslo?"), model("Action: a")]
+    raw.append(user("go on"))
+    assert count() == 4
+    raw[2]["content"] += "\nObservation: sunny"  # the turn counted last, changed in place
+    raw.append(model("Action: b"))
+    assert count() == 6  # that turn is two messages now: the model's and the tool's
+    raw.append(user("and Bergen?"))
+    assert count() == 7
+    # Summarised into new messages, as many as were counted: nothing counted before holds.
+    raw[:] = [raw[0], user("Summary"), model("a\nObservation: x"), model("b\nObservation: y")]
+    raw += [model("Action: c"), user("go on")]
+    assert count() == 8
+    raw[:] = [raw[0], user("Summary: sunny in Oslo.")]  # shorter than what was counted
+    assert count() == 2
+    gate.governor.close()
