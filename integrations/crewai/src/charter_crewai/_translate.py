@@ -198,8 +198,8 @@ def _count(raw: Sequence[Any], lo: int, hi: int) -> int:
 
 #: What `model_step` remembers of a message list between the calls of one run (the caller
 #: keeps the dict, keyed by the list's id): the list itself (so the id is not reused while
-#: it is remembered), how many of its first messages were counted, the last of them and the
-#: count.
+#: it is remembered), how many of its first messages the last call counted, the last of
+#: those, and the count of the ones before it.
 Counted = dict[int, tuple[list[Any], int, Any, int]]
 
 
