@@ -1,4 +1,5 @@
-"""CrewAI hook contexts in, `charter.integration.Step` out: pure functions, no state, no I/O.
+"""CrewAI hook contexts in, `charter.integration.Step` out: no state of its own, no I/O (the
+one memo, `model_step`'s count of earlier messages, is the caller's to keep).
 
 Each function reads a CrewAI hook context (duck-typed: CrewAI builds a new one per dispatch)
 and describes it with the contract's builders, so a crew's steps carry the same property
