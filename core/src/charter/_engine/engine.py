@@ -16,7 +16,7 @@ from charter._model.behavior import CLOSING_KINDS, ActionKind, Behavior
 from charter._model.capture import LOST_MARKS, is_lost
 from charter._model.context import EvalContext, RuleContext
 from charter._model.errors import AgentBindingError, PolicyLoadError, TaskClosedError
-from charter._model.frozen import Frozen
+from charter._model.frozen import Frozen, slot_setters
 from charter._model.history import TaskHistory
 from charter._model.paths import FieldPath
 from charter._policy.policy import (
@@ -142,15 +142,14 @@ class EvalResult(Frozen):
         monitored: bool = False,
         failed_open: bool = False,
     ) -> None:
-        put = object.__setattr__
-        put(self, "decision", decision)
-        put(self, "risk_score", risk_score)
-        put(self, "results", results)
-        put(self, "action_id", action_id)
-        put(self, "recorded_seq", recorded_seq)
-        put(self, "reason", reason)
-        put(self, "monitored", monitored)
-        put(self, "failed_open", failed_open)
+        _put_decision(self, decision)
+        _put_risk_score(self, risk_score)
+        _put_results(self, results)
+        _put_action_id(self, action_id)
+        _put_recorded_seq(self, recorded_seq)
+        _put_reason(self, reason)
+        _put_monitored(self, monitored)
+        _put_failed_open(self, failed_open)
 
     @property
     def violations(self) -> tuple[PolicyResult, ...]:
@@ -167,6 +166,28 @@ class EvalResult(Frozen):
             "violations": [r.to_dict() for r in self.results if r.violated],
             "evaluated": len(self.results),
         }
+
+
+(
+    _put_decision,
+    _put_risk_score,
+    _put_results,
+    _put_action_id,
+    _put_recorded_seq,
+    _put_reason,
+    _put_monitored,
+    _put_failed_open,
+) = slot_setters(
+    EvalResult,
+    "decision",
+    "risk_score",
+    "results",
+    "action_id",
+    "recorded_seq",
+    "reason",
+    "monitored",
+    "failed_open",
+)
 
 
 class LoadReport(Frozen):

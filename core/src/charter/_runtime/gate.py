@@ -30,7 +30,7 @@ from charter._engine.engine import Decision as EngineDecision
 from charter._engine.engine import EvalResult, PolicyResult
 from charter._model.behavior import CLOSING_KINDS, Behavior
 from charter._model.errors import AuditError, BlockedError
-from charter._model.frozen import Frozen
+from charter._model.frozen import Frozen, slot_setters
 from charter._model.identifiers import step_name_from, task_id_from
 from charter._model.paths import iter_strings
 from charter._policy.policy import Severity
@@ -103,10 +103,12 @@ class Allowed(Frozen):
         reason: str,
         result: EvalResult | None,
     ) -> None:
-        put = object.__setattr__
-        put(self, "handle", handle)
-        put(self, "reason", reason)
-        put(self, "result", result)
+        _put_handle(self, handle)
+        _put_reason(self, reason)
+        _put_result(self, result)
+
+
+_put_handle, _put_reason, _put_result = slot_setters(Allowed, "handle", "reason", "result")
 
 
 class Blocked(Frozen):
@@ -1178,8 +1180,15 @@ def _load_templates(location: str | None) -> Any:
     return templates.load_templates(location)
 
 
+# charter_templates.resolve, found once: an import statement run on every tool call costs
+# a module lookup.
+_resolver: list[Any] = []
+
+
 def _resolve(overrides: Any, integration: str, name: str, args: Any) -> Any:
-    return _templates_module().resolve(integration, name, args, overrides=overrides)
+    if not _resolver:
+        _resolver.append(_templates_module().resolve)
+    return _resolver[0](integration, name, args, overrides=overrides)
 
 
 def _templates_module() -> Any:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from charter._model.behavior import ActionKind, Verb, verbs_for
 from charter._model.capture import capture, capture_noted
-from charter._model.frozen import Frozen
+from charter._model.frozen import Frozen, slot_setters
 from charter._model.trust import parse_output_path, parse_trust
 from charter._policy.shell import is_credential_path, shell_view
 
@@ -85,12 +85,16 @@ class Step(Frozen):
         input: dict[str, Any] | None = None,
         properties: dict[str, Any] | None = None,
     ) -> None:
-        put = object.__setattr__
-        put(self, "kind", kind)
-        put(self, "verb", verb)
-        put(self, "name", name)
-        put(self, "input", dict() if input is None else input)
-        put(self, "properties", dict() if properties is None else properties)
+        _put_kind(self, kind)
+        _put_verb(self, verb)
+        _put_name(self, name)
+        _put_input(self, {} if input is None else input)
+        _put_properties(self, {} if properties is None else properties)
+
+
+_put_kind, _put_verb, _put_name, _put_input, _put_properties = slot_setters(
+    Step, "kind", "verb", "name", "input", "properties"
+)
 
 
 def is_mapping(value: object) -> TypeGuard[Mapping[Any, Any]]:
@@ -146,7 +150,10 @@ def tool_step(
         props["data"] = _trust_group(props.get("data"), trust, field_trust)
     given = props.get("tool")
     tool = dict(given) if is_mapping(given) else {}
-    tool.update(_group(name=name, call_id=call_id, description=description))
+    # `_group`'s rule, without building its keyword arguments on every tool call.
+    for key, value in (("name", name), ("call_id", call_id), ("description", description)):
+        if value is not None and (value or not isinstance(value, (list, dict))):
+            tool[key] = value
     props["tool"] = tool
     props["framework"] = _framework(framework, ids)
     data = {str(k): v for k, v in (args or {}).items()}

@@ -35,7 +35,7 @@ class TemplateSet:
     `resolve`. Every set holds a ``generic`` template, used for integrations without their own.
     """
 
-    __slots__ = ("_decisions", "_templates", "_vocabulary")
+    __slots__ = ("_chosen", "_decisions", "_templates", "_vocabulary")
 
     def __init__(self, templates: Mapping[str, Template], vocabulary: Vocabulary) -> None:
         self._templates = dict(templates)
@@ -44,6 +44,9 @@ class TemplateSet:
         # and matching every rule's words is the costly part of a resolve: remember it, with
         # the property spec the rule gives (the template's merged with the rule's).
         self._decisions: dict[tuple[str, str], tuple[Rule, str | None, PropSpec] | None] = {}
+        # The template each integration name given resolves with (a handful per process;
+        # normalising the name cost as much as the rest of a remembered name's lookup).
+        self._chosen: dict[str, Template] = {}
 
     @property
     def integrations(self) -> tuple[str, ...]:
@@ -60,8 +63,15 @@ class TemplateSet:
 
     def _template_for(self, integration: object) -> Template:
         """The template `integration` resolves with: its own, else the generic one."""
-        key = _integration_key(integration)
-        return self._templates.get(key) or self._templates[GENERIC]
+        if not isinstance(integration, str):
+            return self._templates[GENERIC]
+        found = self._chosen.get(integration)
+        if found is None:
+            key = _integration_key(integration)
+            found = self._templates.get(key) or self._templates[GENERIC]
+            if len(self._chosen) < _MAX_REMEMBERED:
+                self._chosen[integration] = found
+        return found
 
     def resolve(
         self, integration: str, name: str, args: Mapping[str, Any] | None = None
@@ -181,8 +191,12 @@ def _build(
     final_effect = effect or default_effect(kind, verb)
     props: dict[str, Any] = {}
     _apply(spec, props, args)
-    _put(props, "tool.name", name)
-    _put(props, "tool.effect", final_effect)
+    # `_put` of tool.name and tool.effect, without splitting the paths on every call.
+    tool = props.get("tool")
+    if not isinstance(tool, dict):
+        tool = props["tool"] = {}
+    tool["name"] = name
+    tool["effect"] = final_effect
     return Resolution(kind, verb, props, final_effect)
 
 
