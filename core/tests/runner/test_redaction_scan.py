@@ -284,3 +284,25 @@ def test_a_secret_is_masked_after_its_record_s_other_texts_were_remembered_clean
     out = r.redact({**clean, "input": {"command": f"export T={token}", "note": "fine"}})
     assert token not in str(out)
     assert f"export T={token}" not in redact._CLEAN
+
+
+def test_a_text_two_records_of_a_batch_share_is_masked_in_both() -> None:
+    # A tool's output comes twice in a batch: as the tool step's output and inside the next
+    # model call's messages. The batch scan reads each distinct text once; both copies are
+    # still masked, as they are record by record.
+    redact._CLEAN.clear()
+    token = "ghp_" + "c3D4" * 9
+    shared = f"the deploy key is {token}"
+    base = {"agent_id": "a", "task_id": "t", "step_name": "call"}
+    message = {"role": "tool", "content": shared}
+    batch = [
+        {**base, "kind": "step.resource", "output": {"result": shared}},
+        {**base, "kind": "step.model", "input": {"messages": [message]}},
+        {**base, "kind": "step.resource", "output": {"result": "sunny"}},
+    ]
+    together, alone = Redactor(), Redactor()
+    redacted = together.redact_batch(batch)
+    assert redacted == [alone.redact_checked(r) for r in batch]
+    assert token not in str(redacted[0][0]) and token not in str(redacted[1][0])
+    assert redacted[2][0]["output"] == {"result": "sunny"}
+    assert together.masked == alone.masked == 2

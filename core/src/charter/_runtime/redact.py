@@ -406,7 +406,10 @@ class Redactor:
             pending[0].found = self._contains_secret(pending[0])  # the batch is the record
         elif pending:
             try:
-                batch_found = contains_secret_in_any([t for s in pending for t in s.texts])
+                # Each distinct text once: a tool's output is recorded twice in a batch, as
+                # the tool step's output and in the next model call's messages.
+                texts = list(dict.fromkeys(t for s in pending for t in s.texts))
+                batch_found = contains_secret_in_any(texts)
             except Exception:
                 batch_found = True  # each record is asked alone, and reports its own failure
             for s in pending:
