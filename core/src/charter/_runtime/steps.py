@@ -124,6 +124,13 @@ def _group(**values: Any) -> dict[str, Any]:
     }
 
 
+def _add(group: dict[str, Any], key: str, value: Any) -> None:
+    """Put `value` at `key` of `group` unless `_group` would leave it out (the builders
+    run on every step, and building `_group`'s keyword arguments costs more than this)."""
+    if value is not None and (value or not isinstance(value, (list, dict))):
+        group[key] = value
+
+
 def tool_step(
     framework: str,
     name: str,
@@ -150,10 +157,9 @@ def tool_step(
         props["data"] = _trust_group(props.get("data"), trust, field_trust)
     given = props.get("tool")
     tool = dict(given) if is_mapping(given) else {}
-    # `_group`'s rule, without building its keyword arguments on every tool call.
-    for key, value in (("name", name), ("call_id", call_id), ("description", description)):
-        if value is not None and (value or not isinstance(value, (list, dict))):
-            tool[key] = value
+    _add(tool, "name", name)
+    _add(tool, "call_id", call_id)
+    _add(tool, "description", description)
     props["tool"] = tool
     props["framework"] = _framework(framework, ids)
     data = {str(k): v for k, v in (args or {}).items()}
@@ -345,15 +351,12 @@ def model_step(
     else:
         count = len(messages) if message_count is None else message_count
         data = {"messages": new_messages(messages), "message_count": count}
-    props = {
-        "model": _group(
-            name=str(model),
-            provider=provider,
-            params=capture(dict(params)) if params else None,
-            tools=[str(t) for t in tools],
-        ),
-        "framework": _framework(framework, ids),
-    }
+    group: dict[str, Any] = {}
+    _add(group, "name", str(model))
+    _add(group, "provider", provider)
+    _add(group, "params", capture(dict(params)) if params else None)
+    _add(group, "tools", [str(t) for t in tools])
+    props = {"model": group, "framework": _framework(framework, ids)}
     if trust is not None:
         props["data"] = _trust_group(None, trust, None)
     return Step("step.model", None, str(model), data, props)
