@@ -161,6 +161,20 @@ def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
         f" +{statistics.median(over_wall) * 1e6:.0f} us,"
         f" CPU +{statistics.median(over) * 1e6:.0f} us"
     )
+    # The spread says how far one run's median can be trusted: on a shared VM the middle
+    # half of the rounds can span more than the figure itself.
+    print(
+        "  the same, middle half of the rounds: wall"
+        f" {_middle_half(over_wall)}, CPU {_middle_half(over)}"
+    )
+
+
+def _middle_half(values: list[float]) -> str:
+    """The first to the third quartile of per-step seconds, in microseconds."""
+    if len(values) < 2:
+        return "n/a"
+    low, _, high = statistics.quantiles(values, n=4)
+    return f"{low * 1e6:+.0f} to {high * 1e6:+.0f} us"
 
 
 def resolve_cost() -> float:
