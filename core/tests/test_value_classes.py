@@ -108,3 +108,27 @@ def test_none_of_them_imports_dataclasses_until_asked() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_classes_filled_through_their_slot_setters_stay_frozen_values() -> None:
+    # Step, Allowed and EvalResult fill their slots through the slots' own setters (built on
+    # every gated step); they refuse assignment, compare, copy and pickle like the others.
+    from charter.integration import Allowed, Step
+
+    step = Step("step.resource", "GET", "get_weather", {"city": "Oslo"})
+    result = EvalResult(Decision.ALLOW, 0.0, (), reason="fine")
+    allowed = Allowed(None, "fine", result)
+    for value, field in ((step, "kind"), (result, "decision"), (allowed, "reason")):
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(value, field, None)
+        assert copy.copy(value) == value == pickle.loads(pickle.dumps(value))
+    assert step.properties == {} and step.input == {"city": "Oslo"}
+    assert result.replace(reason="other").reason == "other" and result.reason == "fine"
+
+
+def test_slot_setters_refuse_a_name_that_is_not_a_slot_of_the_class() -> None:
+    from charter._model.frozen import slot_setters
+    from charter.integration import Step
+
+    with pytest.raises(KeyError, match="colour"):
+        slot_setters(Step, "kind", "colour")
