@@ -115,20 +115,22 @@ def _framework(framework: str, ids: Mapping[str, Any] | None) -> dict[str, Any]:
     return out
 
 
-def _group(**values: Any) -> dict[str, Any]:
-    """`values` without the unknown (None) and the empty lists and objects."""
-    # Asked by type, not by comparing with [] and {}: that built two containers per value
-    # and went through both types' comparisons, on every model and tool step.
-    return {
-        k: v for k, v in values.items() if v is not None and (v or not isinstance(v, (list, dict)))
-    }
-
-
 def _add(group: dict[str, Any], key: str, value: Any) -> None:
-    """Put `value` at `key` of `group` unless `_group` would leave it out (the builders
-    run on every step, and building `_group`'s keyword arguments costs more than this)."""
+    """Put `value` at `key` of `group` unless it is unknown (None) or an empty list or
+    object. The step builders call it per field: building keyword arguments for one call
+    (`_group`) cost more, on every model and tool step."""
+    # Asked by type, not by comparing with [] and {}: that built two containers per value
+    # and went through both types' comparisons.
     if value is not None and (value or not isinstance(value, (list, dict))):
         group[key] = value
+
+
+def _group(**values: Any) -> dict[str, Any]:
+    """`values` without those `_add` leaves out."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        _add(out, key, value)
+    return out
 
 
 def tool_step(
