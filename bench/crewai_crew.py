@@ -169,7 +169,7 @@ def bench(steps: int, runs: int, native: bool, folder: Path) -> None:
         f" {_middle_half(over_wall)}, CPU {_middle_half(over)}"
     )
     # Interference only ever adds time: each mode's fastest kickoff is its cost with the least
-    # of it, and their difference does not move with a neighbour's bursts as the medians do.
+    # of it, and their difference moves less with a neighbour's bursts than the medians do.
     print(
         "  the same, fastest kickoff of each mode: wall"
         f" {_per_step(min(wall['governed']) - min(wall['pass-through']), governed_steps)},"
