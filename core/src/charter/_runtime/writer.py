@@ -167,6 +167,7 @@ class AuditWriter:
         self._exporters = tuple(exporters)
         self._prepare = prepare
         self.checkpointer = checkpointer
+        self._wal_checkpoint: Callable[[], object] | None = None  # see _defer_wal_checkpoints
         self._size = queue_size
         # A batch this large ends the linger: BATCH_MAX, or half a small queue, so a queue
         # filling up is written before it overflows instead of dropping records while the
@@ -216,9 +217,35 @@ class AuditWriter:
     def _open(self) -> AuditStore:
         with self._store_lock:
             if self._store is None:
-                self._store = open_store(self.location, durability=self.durability)
+                store = open_store(self.location, durability=self.durability)
+                if self.durability == "buffered":
+                    self._defer_wal_checkpoints(store)
+                self._store = store
                 self._store_error = None
             return self._store
+
+    def _defer_wal_checkpoints(self, store: AuditStore) -> None:
+        """Have `store` checkpoint its log when this writer is idle (after a batch that left
+        nothing queued) rather than inside a commit someone may be waiting for; a store that
+        cannot is left with its own checkpoints."""
+        defer = getattr(store, "defer_wal_checkpoints", None)
+        checkpoint = getattr(store, "checkpoint_wal_if_due", None)
+        if defer is None or checkpoint is None:
+            return
+        try:
+            defer()
+        except Exception as exc:
+            report_internal_error(exc, "audit.wal_checkpoint")
+            return
+        self._wal_checkpoint = checkpoint
+
+    def _checkpoint_wal(self) -> None:
+        if self._wal_checkpoint is None:
+            return
+        try:
+            self._wal_checkpoint()
+        except Exception as exc:  # the store's own checkpoints still bound its log
+            report_internal_error(exc, "audit.wal_checkpoint")
 
     def open_store(self) -> AuditStore | None:
         """The store, opened now if it could not be before; None when auditing is off.
@@ -467,6 +494,10 @@ class AuditWriter:
                 self._in_flight = 0
                 self._done = batch[-1][0]
                 self._cond.notify_all()
+                # Whoever waited for this batch has it: nothing else is waited for now.
+                idle = not self._queue
+            if idle:
+                self._checkpoint_wal()
 
     def _prepared(
         self, records: Sequence[dict[str, Any]]
