@@ -83,6 +83,7 @@ def bench(session: nox.Session) -> None:
         "bench/crewai_crew.py",
         "bench/llamaindex_agent.py",
         "bench/writer_batches.py",
+        "bench/task_end.py",
         "bench/report.py",
         "bench/shell_view.py",
         "bench/model_clients.py",
