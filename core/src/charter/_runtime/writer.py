@@ -494,7 +494,8 @@ class AuditWriter:
                 self._in_flight = 0
                 self._done = batch[-1][0]
                 self._cond.notify_all()
-                # Whoever waited for this batch has it: nothing else is waited for now.
+                # Nothing queued: nobody can be waiting for a commit now (this batch's
+                # waiters have theirs), so the store may checkpoint its log.
                 idle = not self._queue
             if idle:
                 self._checkpoint_wal()
