@@ -19,11 +19,11 @@ from charter.testing import recorded
 _NORMAL, _FULL = 1, 2
 
 
-def _pragma(store: object) -> int:
+def _pragma(store: object, name: str = "synchronous") -> int:
     assert isinstance(store, SQLiteStore)
     conn = store._conn
     assert isinstance(conn, sqlite3.Connection)
-    return int(conn.execute("PRAGMA synchronous").fetchone()[0])
+    return int(conn.execute(f"PRAGMA {name}").fetchone()[0])
 
 
 @pytest.mark.parametrize(("durability", "expected"), [("buffered", _NORMAL), ("sync", _FULL)])
@@ -155,11 +155,7 @@ def test_only_the_buffered_writer_takes_over_the_store_checkpoints(
     gov = Governor(
         policies=[], audit_location=f"sqlite:///{tmp_path / 'a.db'}", audit_durability=durability
     )
-    store = gov.runner.store
-    assert isinstance(store, SQLiteStore)
-    conn = store._conn
-    assert isinstance(conn, sqlite3.Connection)
-    assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == pages
+    assert _pragma(gov.runner.store, "wal_autocheckpoint") == pages
     gov.close()
 
 
